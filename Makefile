@@ -1,0 +1,52 @@
+# Two entry points, both safe on a fresh Debian machine (root or not):
+#   make demo   set up, then run the main job on the simulated lab
+#   make test   set up, then ruff, ansible-lint and the test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+COLL_LINK := .collections/ansible_collections/orbite/qualification
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup system venv link demo test lint unit molecule build-collection bench clean
+
+setup: system venv link
+
+system:
+	@bash scripts/setup-system.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is needed for ansible-core >= 2.17")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+link:
+	@mkdir -p $(dir $(COLL_LINK))
+	@test -L $(COLL_LINK) || ln -s ../../.. $(COLL_LINK)
+
+demo: setup
+	@bash scripts/demo.sh
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint --offline -q
+
+unit: setup
+	$(BIN)/pytest -q tests
+
+test: lint unit
+
+build-collection: setup
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf build out .pytest_cache .ruff_cache .hypothesis
