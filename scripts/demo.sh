@@ -3,4 +3,4 @@
 # preflight of the frozen rail-accounting profile and prints the derived workload.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec ansible-playbook playbooks/preflight.yml -e @profiles/rail_accounting.json
+exec ansible-playbook playbooks/preflight.yml -e orbite_profile_file=profiles/rail_accounting.json "$@"
