@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# The main job on the simulated lab. Until the lab and the gate playbooks exist, it runs the
-# preflight of the frozen rail-accounting profile and prints the derived workload.
+# The main job on the simulated lab: create the local fake hosts, run the rail-accounting gate
+# (READ/polling and WRITE/events) on them, and say where the verdict is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec ansible-playbook playbooks/preflight.yml -e orbite_profile_file=profiles/rail_accounting.json "$@"
+ansible-playbook playbooks/sim_lab.yml
+status=0
+ansible-playbook -i inventories/sim playbooks/rail_accounting.yml "$@" || status=$?
+latest=$(ls -td out/runs/*/ 2>/dev/null | head -1)
+if [[ -n $latest ]]; then
+  echo
+  echo "verdict: ${latest}verdict.md (JSON: ${latest}verdict.json, JUnit: ${latest}verdict.xml)"
+  head -5 "${latest}verdict.md" 2>/dev/null || true
+fi
+exit $status

@@ -15,6 +15,9 @@ if not _LINK.exists():
     os.symlink("../../..", _LINK)
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
+# tests/helpers: shared test helpers (e.g. running the simulated runner pair without Ansible)
+if str(REPO_ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 
 @pytest.fixture(scope="session")

@@ -112,8 +112,13 @@ class Violation:
         return f"{self.field} {shown}: {self.rule} [{self.code}]"
 
     def as_dict(self) -> dict:
-        return {"code": self.code, "field": self.field, "value": _jsonable(self.value),
-                "rule": self.rule, "message": self.message}
+        return {
+            "code": self.code,
+            "field": self.field,
+            "value": _jsonable(self.value),
+            "rule": self.rule,
+            "message": self.message,
+        }
 
 
 class ProfileError(Exception):
@@ -144,17 +149,18 @@ def parse_profile_text(text: str, origin: str = "profile") -> dict:
         try:
             import yaml  # noqa: PLC0415 - optional: nodes and minimal controllers may lack it
         except ImportError:
-            raise ProfileError([Violation("profile.syntax", origin, _short(text),
-                                          f"is not valid JSON ({json_error})")]) from None
+            raise ProfileError(
+                [Violation("profile.syntax", origin, _short(text), f"is not valid JSON ({json_error})")]
+            ) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as yaml_error:
             first = str(yaml_error).splitlines()[0] if str(yaml_error) else "syntax error"
-            raise ProfileError([Violation("profile.syntax", origin, _short(text),
-                                          f"is neither JSON nor YAML ({first})")]) from None
+            raise ProfileError(
+                [Violation("profile.syntax", origin, _short(text), f"is neither JSON nor YAML ({first})")]
+            ) from None
     if not isinstance(data, dict):
-        raise ProfileError([Violation("profile.type", origin, _short(data),
-                                      "must be a mapping of profile fields")])
+        raise ProfileError([Violation("profile.type", origin, _short(data), "must be a mapping of profile fields")])
     return data
 
 
@@ -215,14 +221,19 @@ def _cast_str(field, value, violations):
 def validate_profile(raw) -> dict:
     """Return the normalized profile, or raise ProfileError listing every violation."""
     if not isinstance(raw, dict):
-        raise ProfileError([Violation("profile.type", "profile", _short(raw),
-                                      "must be a mapping of profile fields")])
+        raise ProfileError([Violation("profile.type", "profile", _short(raw), "must be a mapping of profile fields")])
     violations: list = []
     profile: dict = {}
     for key in sorted(raw, key=str):
         if key not in KNOWN_FIELDS:
-            violations.append(Violation("profile.unknown_field", str(key), raw[key],
-                                        f"is not a profile field (known: {', '.join(KNOWN_FIELDS)})"))
+            violations.append(
+                Violation(
+                    "profile.unknown_field",
+                    str(key),
+                    raw[key],
+                    f"is not a profile field (known: {', '.join(KNOWN_FIELDS)})",
+                )
+            )
     for field in REQUIRED_FIELDS:
         if field not in raw or raw[field] is None:
             violations.append(Violation(f"{field}.missing", field, None, "is required"))
@@ -263,8 +274,11 @@ def _check_enums(p, violations):
             violations.append(Violation(code, field, p[field], f"must be one of {', '.join(allowed)}"))
             del p[field]
     if "source" in p and "requester" in p and p["source"] == p["requester"]:
-        violations.append(Violation("requester.distinct", "requester", p["requester"],
-                                    "must name a different inventory host than source"))
+        violations.append(
+            Violation(
+                "requester.distinct", "requester", p["requester"], "must name a different inventory host than source"
+            )
+        )
 
 
 def _range(p, violations, field, low, high, code, why):
@@ -276,27 +290,40 @@ def _range(p, violations, field, low, high, code, why):
 
 def _check_gate_bounds(p, violations):
     parents_ok = _range(p, violations, "parents", MIN_PARENTS, MAX_PARENTS, "parents.range", "gate bound")
-    payload_ok = _range(p, violations, "payload", MIN_PAYLOAD, MAX_PAYLOAD, "payload.range",
-                        "gate bound: 1 byte to 32 MiB per parent")
-    _range(p, violations, "num_lanes", MIN_LANES, MAX_LANES, "num_lanes.range",
-           "gate bound: QPs per peer/context/operation")
+    payload_ok = _range(
+        p, violations, "payload", MIN_PAYLOAD, MAX_PAYLOAD, "payload.range", "gate bound: 1 byte to 32 MiB per parent"
+    )
+    _range(
+        p,
+        violations,
+        "num_lanes",
+        MIN_LANES,
+        MAX_LANES,
+        "num_lanes.range",
+        "gate bound: QPs per peer/context/operation",
+    )
     if "block" in p and p["block"] < 1:
         violations.append(Violation("block.range", "block", p["block"], "must be at least 1 byte"))
     if "mask" in p and p["mask"] not in VALID_MASKS:
-        violations.append(Violation("mask.range", "mask", p["mask"],
-                                    "must be 1, 2 or 3 (bit i enables rail i; two rails)"))
+        violations.append(
+            Violation("mask.range", "mask", p["mask"], "must be 1, 2 or 3 (bit i enables rail i; two rails)")
+        )
     if parents_ok and payload_ok:
         backing = backing_per_peer(p["parents"], p["payload"])
         if backing > MAX_BACKING_PER_PEER:
-            violations.append(Violation(
-                "backing.range", "parents*payload", f"{p['parents']}*{p['payload']}",
-                f"backing per peer {backing} B (parents x (payload + 2 x {GUARD_BYTES} B guards)) "
-                f"exceeds the gate bound of {MAX_BACKING_PER_PEER} B"))
+            violations.append(
+                Violation(
+                    "backing.range",
+                    "parents*payload",
+                    f"{p['parents']}*{p['payload']}",
+                    f"backing per peer {backing} B (parents x (payload + 2 x {GUARD_BYTES} B guards)) "
+                    f"exceeds the gate bound of {MAX_BACKING_PER_PEER} B",
+                )
+            )
 
 
 def _apply_defaults(mode, p):
-    if mode in ("installed-host", "installed-rail-accounting", "installed-inflight-dma",
-                "installed-memory-cleanup"):
+    if mode in ("installed-host", "installed-rail-accounting", "installed-inflight-dma", "installed-memory-cleanup"):
         p.setdefault("generations", 1)
     if mode == "installed-cleanup-failure":
         p.setdefault("generations", 2)
@@ -312,14 +339,12 @@ def _code(mode, field, rule):
 
 def _forbid(mode, p, violations, field):
     if field in p:
-        violations.append(Violation(_code(mode, field, "forbidden"), field, p[field],
-                                    f"is not allowed in mode {mode}"))
+        violations.append(Violation(_code(mode, field, "forbidden"), field, p[field], f"is not allowed in mode {mode}"))
 
 
 def _require(mode, p, violations, field):
     if field not in p:
-        violations.append(Violation(_code(mode, field, "required"), field, None,
-                                    f"is required in mode {mode}"))
+        violations.append(Violation(_code(mode, field, "required"), field, None, f"is required in mode {mode}"))
         return False
     return True
 
@@ -327,20 +352,28 @@ def _require(mode, p, violations, field):
 def _one_of(mode, p, violations, field, allowed, why=""):
     if field in p and p[field] not in allowed:
         shown = ", ".join(str(a) for a in allowed)
-        violations.append(Violation(_code(mode, field, "value"), field, p[field],
-                                    f"must be {shown} in mode {mode}{why}"))
+        violations.append(
+            Violation(_code(mode, field, "value"), field, p[field], f"must be {shown} in mode {mode}{why}")
+        )
 
 
 def _block_cap(mode, p, violations, cap):
     if "block" in p and p["block"] > cap:
-        violations.append(Violation(_code(mode, "block", "cap"), "block", p["block"],
-                                    f"must be at most {cap} B in mode {mode}"))
+        violations.append(
+            Violation(_code(mode, "block", "cap"), "block", p["block"], f"must be at most {cap} B in mode {mode}")
+        )
 
 
 def _payload_within_block(mode, p, violations):
     if "payload" in p and "block" in p and p["payload"] > p["block"]:
-        violations.append(Violation(_code(mode, "payload", "one_slice"), "payload", p["payload"],
-                                    f"must be <= block ({p['block']}) in mode {mode}: one slice per parent"))
+        violations.append(
+            Violation(
+                _code(mode, "payload", "one_slice"),
+                "payload",
+                p["payload"],
+                f"must be <= block ({p['block']}) in mode {mode}: one slice per parent",
+            )
+        )
 
 
 def _single_generation(mode, p, violations):
@@ -402,9 +435,14 @@ def _rules_lost_completion(p, v):
     _one_of(mode, p, v, "payload", (LOST_COMPLETION_PAYLOAD,))
     _one_of(mode, p, v, "mask", (3,), " (both rails)")
     if "parents" in p and "num_lanes" in p and (p["parents"], p["num_lanes"]) not in LOST_COMPLETION_SHAPES:
-        v.append(Violation(_code(mode, "parents", "shape"), "parents,num_lanes",
-                           f"{p['parents']},{p['num_lanes']}",
-                           f"must be 8 parents with 1 lane or 16 parents with 3 lanes in mode {mode}"))
+        v.append(
+            Violation(
+                _code(mode, "parents", "shape"),
+                "parents,num_lanes",
+                f"{p['parents']},{p['num_lanes']}",
+                f"must be 8 parents with 1 lane or 16 parents with 3 lanes in mode {mode}",
+            )
+        )
 
 
 def _rules_cleanup_failure(p, v):
@@ -420,8 +458,14 @@ def _rules_cleanup_failure(p, v):
     _payload_within_block(mode, p, v)
     _one_of(mode, p, v, "cleanup_kind", CLEANUP_FAILURE_KINDS)
     if p.get("cleanup_kind") == "channel" and p.get("rdma_events") is False:
-        v.append(Violation(_code(mode, "rdma_events", "channel"), "rdma_events", False,
-                           "must be true when cleanup_kind is channel (channel failure needs event progress)"))
+        v.append(
+            Violation(
+                _code(mode, "rdma_events", "channel"),
+                "rdma_events",
+                False,
+                "must be true when cleanup_kind is channel (channel failure needs event progress)",
+            )
+        )
 
 
 def _rules_inflight_dma(p, v):
@@ -434,8 +478,14 @@ def _rules_inflight_dma(p, v):
     _one_of(mode, p, v, "mask", (1, 2), " (one rail)")
     _block_cap(mode, p, v, INFLIGHT_MAX_BLOCK)
     if "payload" in p and "block" in p and p["payload"] != p["block"]:
-        v.append(Violation(_code(mode, "payload", "equals_block"), "payload", p["payload"],
-                           f"must equal block ({p['block']}) in mode {mode}: exactly one WR"))
+        v.append(
+            Violation(
+                _code(mode, "payload", "equals_block"),
+                "payload",
+                p["payload"],
+                f"must equal block ({p['block']}) in mode {mode}: exactly one WR",
+            )
+        )
 
 
 def _rules_memory_cleanup(p, v):
@@ -493,8 +543,7 @@ def parent_placement(parents: int, mask: int, num_lanes: int) -> list:
     parents differently as long as every enabled rail carries payload.
     """
     rails = enabled_rails(mask)
-    return [{"parent": p, "rail": rails[p % len(rails)], "lane": (p // len(rails)) % num_lanes}
-            for p in range(parents)]
+    return [{"parent": p, "rail": rails[p % len(rails)], "lane": (p // len(rails)) % num_lanes} for p in range(parents)]
 
 
 def derive_workload(profile: dict) -> dict:
@@ -513,8 +562,9 @@ def derive_workload(profile: dict) -> dict:
         rail_figures["wrs"] += len(sizes)
         rail_figures["bytes"] += payload
         key = f"{entry['rail']}/{entry['lane']}"
-        lane_figures = per_lane.setdefault(key, {"rail": entry["rail"], "lane": entry["lane"],
-                                                  "parents": 0, "wrs": 0, "bytes": 0})
+        lane_figures = per_lane.setdefault(
+            key, {"rail": entry["rail"], "lane": entry["lane"], "parents": 0, "wrs": 0, "bytes": 0}
+        )
         lane_figures["parents"] += 1
         lane_figures["wrs"] += len(sizes)
         lane_figures["bytes"] += payload

@@ -1,0 +1,52 @@
+/* Shared core of the OrbiTE native observers (LD_PRELOAD libraries).
+ *
+ * The core interposes ibv_open_device/ibv_close_device (and dlsym/dlvsym, so
+ * engines that dlopen libibverbs with RTLD_LOCAL are caught too), wraps the
+ * inline data-path ops in context->ops (post_send, poll_cq), keeps the WR
+ * ledger that joins each accepted payload WR to its completion, and writes the
+ * observer log (contract 3, JSON lines).  Each tool (accounting, cq_fault,
+ * uverbs_fault) links the core with one obs_tool description.
+ */
+#ifndef ORBITE_OBS_H
+#define ORBITE_OBS_H
+
+#include <infiniband/verbs.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One interposed libibverbs entry point: name, our wrapper, and the real
+ * function once known (from RTLD_NEXT or captured in our dlsym). */
+struct obs_hook {
+	const char *name;
+	void *wrapper;
+	void *real;
+};
+
+struct obs_tool {
+	const char *name; /* "accounting" | "cq_fault" | "uverbs_fault" */
+	void (*init)(void);
+	/* Called under the ledger lock for each successful completion of an
+	 * accepted payload WR on device `dev`; return 1 to remove it from
+	 * poll_cq's result. */
+	int (*withhold)(const char *dev);
+	void (*context_opened)(struct ibv_context *ctx, const char *dev);
+	void (*context_closing)(struct ibv_context *ctx);
+	struct obs_hook *hooks; /* extra interposed functions, NULL-terminated */
+};
+
+extern const struct obs_tool obs_tool;
+
+/* Write one JSON object (without newline) to the log as a single line. */
+void obs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The log's descriptor, -1 when there is no log. */
+int obs_log_fd(void);
+/* Resolve the real libibverbs function `name` (never our own wrapper). */
+void *obs_real(const char *name);
+/* Integer from the environment; out of range or malformed -> message, -1. */
+int obs_env_long(const char *name, long dflt, long min, long max, long *out);
+/* Message on stderr, prefixed with the tool name. */
+void obs_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Copy the device name of an observed context into buf; 0 when unknown. */
+int obs_context_dev(struct ibv_context *ctx, char *buf, size_t len);
+
+#endif

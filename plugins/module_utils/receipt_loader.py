@@ -1,0 +1,296 @@
+# Copyright: OrbiTE qualification contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Load the receipts of one qualification case for the verifier, never raising on bad input.
+
+The verifier shares no code with any runner: this reader is written from docs/receipts.md alone.
+A receipt that is missing, not JSON, of the wrong schema, truncated (a runner killed before its
+final write, an observer log without its summary line) or of the wrong shape becomes a
+``ReceiptProblem`` with a stable code; the rules that need that receipt are then skipped, so that
+exactly one coded FAIL names the broken receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+LEDGER_SCHEMA = ("orbite.runner-ledger", 1)
+OBSERVER_SCHEMA = ("orbite.observer-log", 1)
+CASE_SCHEMA = ("orbite.case", 1)
+INVENTORY_SCHEMA = ("orbite.rdma-inventory", 1)
+MAX_RECEIPT_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class ReceiptProblem:
+    code: str  # receipt.missing | receipt.malformed | receipt.schema | receipt.truncated | receipt.shape
+    path: str
+    message: str
+
+
+@dataclass
+class Receipt:
+    path: str
+    data: object = None
+    problem: ReceiptProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass
+class ObserverLog:
+    path: str
+    header: dict | None = None
+    events: list = field(default_factory=list)
+    summary: dict | None = None
+    problem: ReceiptProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def _read_text(path):
+    if not os.path.exists(path):
+        return None, ReceiptProblem("receipt.missing", path, "receipt is missing")
+    try:
+        if os.path.getsize(path) > MAX_RECEIPT_BYTES:
+            return None, ReceiptProblem("receipt.malformed", path, f"receipt is larger than {MAX_RECEIPT_BYTES} B")
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(), None
+    except (OSError, UnicodeDecodeError) as error:
+        return None, ReceiptProblem("receipt.malformed", path, f"cannot be read: {error}")
+
+
+def load_json(path, schema=None) -> Receipt:
+    text, problem = _read_text(path)
+    if problem:
+        return Receipt(path, problem=problem)
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        code = "receipt.truncated" if text.strip() and not text.rstrip().endswith("}") else "receipt.malformed"
+        return Receipt(path, problem=ReceiptProblem(code, path, f"is not valid JSON ({error})"))
+    if not isinstance(data, dict):
+        return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "is not a JSON object"))
+    if schema and (data.get("schema"), data.get("version")) != schema:
+        found = f"{data.get('schema')!r} v{data.get('version')!r}"
+        return Receipt(
+            path, problem=ReceiptProblem("receipt.schema", path, f"schema {found}, expected {schema[0]!r} v{schema[1]}")
+        )
+    return Receipt(path, data=data)
+
+
+# --- shape checking: only the fields the rules read, so that a rule never meets a surprise ------
+
+INT, STR, BOOL, LIST, DICT, NUM = "int", "str", "bool", "list", "dict", "number"
+_TYPES = {INT: int, STR: str, BOOL: bool, LIST: list, DICT: dict, NUM: (int, float)}
+
+_COUNTERS = {
+    "public": {"bytes": INT, "per_rail": DICT},
+    "native": {"bytes": INT, "wrs": INT, "cqes": INT, "per_rail": DICT},
+}
+_PARENT = {"parent": INT, "rail": INT, "requested_bytes": INT, "completed_bytes": INT, "status": STR}
+_WR = {
+    "wr_id": INT,
+    "parent": INT,
+    "slice": INT,
+    "rail": INT,
+    "lane": INT,
+    "qpn": INT,
+    "bytes": INT,
+    "context": STR,
+    "cq": STR,
+    "opcode": STR,
+    "status": STR,
+}
+_QP_USAGE = {
+    "qpn": INT,
+    "rail": INT,
+    "lane": INT,
+    "created": BOOL,
+    "reused": BOOL,
+    "wrs_posted": INT,
+    "max_inflight_wrs": INT,
+    "max_outstanding_parents": INT,
+}
+_ROUND = {
+    "round": INT,
+    "input_seed": INT,
+    "parents": [_PARENT],
+    "wrs": [_WR],
+    "qp_usage": [_QP_USAGE],
+    "qps_created": INT,
+    "qps_reused": INT,
+    "counters": _COUNTERS,
+    "drain": {"drained": BOOL, "debt_wrs": INT, "debt_bytes": INT, "debt_grants": INT},
+    "rendezvous": {"bytes_sent": INT, "bytes_received": INT},
+    "data_channel": {"payload_bytes_sent": INT, "payload_bytes_received": INT},
+    "errors": LIST,
+}
+_QP = {"qpn": INT, "context": STR, "rail": INT, "lane": INT, "operation": STR, "max_send_wr": INT, "created_round": INT}
+_MR = {"kind": STR, "live": BOOL}
+_CONTEXT = {"context": STR, "rail": INT, "mrs": [_MR]}
+_RAIL = {"rail": INT, "device": STR, "enabled": BOOL}
+LEDGER_SHAPE = {
+    "status": STR,
+    "role": STR,
+    "generation": INT,
+    "mode": STR,
+    "operation": STR,
+    "progress": STR,
+    "epoch": INT,
+    "registration_id": STR,
+    "profile": DICT,
+    "rails": [_RAIL],
+    "contexts": [_CONTEXT],
+    "qps": [_QP],
+    "rounds": [_ROUND],
+    "errors": LIST,
+}
+
+
+def shape_errors(value, shape, where="$", limit=5):
+    """Paths where ``value`` lacks a field of ``shape`` or has the wrong type (first ``limit``)."""
+    found = []
+    _walk(value, shape, where, found, limit)
+    return found
+
+
+def _walk(value, shape, where, found, limit):
+    if len(found) >= limit:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            found.append(f"{where}: expected an object, found {type(value).__name__}")
+            return
+        for key, sub in shape.items():
+            if key not in value:
+                found.append(f"{where}.{key}: missing")
+            elif value[key] is not None or not isinstance(sub, str):
+                _walk(value[key], sub, f"{where}.{key}", found, limit)
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            found.append(f"{where}: expected a list, found {type(value).__name__}")
+            return
+        for index, item in enumerate(value):
+            _walk(item, shape[0], f"{where}[{index}]", found, limit)
+    else:
+        expected = _TYPES[shape]
+        wrong_bool = isinstance(value, bool) and shape in (INT, NUM)
+        if wrong_bool or not isinstance(value, expected):
+            found.append(f"{where}: expected {shape}, found {type(value).__name__}")
+
+
+def load_ledger(path) -> Receipt:
+    receipt = load_json(path, LEDGER_SCHEMA)
+    if not receipt.ok:
+        return receipt
+    problems = shape_errors(receipt.data, LEDGER_SHAPE)
+    if problems:
+        receipt.problem = ReceiptProblem("receipt.shape", path, "; ".join(problems))
+        receipt.data = None
+        return receipt
+    if receipt.data["status"] == "running":
+        receipt.problem = ReceiptProblem(
+            "receipt.truncated",
+            path,
+            f"ledger is a checkpoint (status 'running', {len(receipt.data['rounds'])} round(s)): "
+            "the runner never wrote its final ledger",
+        )
+    return receipt
+
+
+_OBS_LINE = {
+    "wr": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "opcode": STR, "bytes": INT, "dev": STR},
+    "cqe": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "status": INT},
+    "withheld": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT},
+    "destroy": {"kind": STR, "errno": INT, "injected": BOOL, "retry": BOOL},
+    "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
+}
+
+
+def load_observer_log(path) -> ObserverLog:
+    log = ObserverLog(path)
+    text, problem = _read_text(path)
+    if problem:
+        log.problem = problem
+        return log
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            last = number == len(lines)
+            code = "receipt.truncated" if last and not text.endswith("\n") else "receipt.malformed"
+            log.problem = ProblemAt(code, path, number, "is not a JSON object line")
+            return log
+        if not isinstance(record, dict):
+            log.problem = ProblemAt("receipt.malformed", path, number, "is not a JSON object")
+            return log
+        if log.header is None:
+            if (record.get("schema"), record.get("version")) != OBSERVER_SCHEMA:
+                log.problem = ProblemAt(
+                    "receipt.schema",
+                    path,
+                    number,
+                    f"header schema {record.get('schema')!r} v{record.get('version')!r}, "
+                    f"expected {OBSERVER_SCHEMA[0]!r} v{OBSERVER_SCHEMA[1]}",
+                )
+                return log
+            log.header = record
+            continue
+        kind = record.get("ev")
+        if kind not in _OBS_LINE:
+            log.problem = ProblemAt("receipt.shape", path, number, f"unknown event {kind!r}")
+            return log
+        errors = shape_errors(record, _OBS_LINE[kind], where=f"line {number}")
+        if errors:
+            log.problem = ReceiptProblem("receipt.shape", path, "; ".join(errors))
+            return log
+        if kind == "summary":
+            log.summary = record
+        elif log.summary is not None:
+            log.problem = ProblemAt("receipt.shape", path, number, "event after the summary line")
+            return log
+        else:
+            log.events.append(record)
+    if log.header is None:
+        log.problem = ReceiptProblem("receipt.malformed", path, "observer log has no header line")
+    elif log.summary is None:
+        log.problem = ReceiptProblem(
+            "receipt.truncated", path, "observer log has no summary line (the process never closed it)"
+        )
+    return log
+
+
+def ProblemAt(code, path, line, message):
+    return ReceiptProblem(code, path, f"line {line}: {message}")
+
+
+def load_journal(path) -> Receipt:
+    """A supervisor journal: JSON lines; returned as {"header": first line, "events": [...]}."""
+    text, problem = _read_text(path)
+    if problem:
+        return Receipt(path, problem=problem)
+    events = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            code = "receipt.truncated" if number == len(lines) and not text.endswith("\n") else "receipt.malformed"
+            return Receipt(path, problem=ProblemAt(code, path, number, "is not a JSON object line"))
+        if not isinstance(record, dict):
+            return Receipt(path, problem=ProblemAt("receipt.malformed", path, number, "is not a JSON object"))
+        events.append(record)
+    if not events:
+        return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "journal is empty"))
+    return Receipt(path, data={"header": events[0], "events": events[1:]})

@@ -1,0 +1,259 @@
+#!/usr/bin/python
+# Copyright: OrbiTE qualification contributors
+# Apache License 2.0 (see galaxy.yml)
+
+DOCUMENTATION = r"""
+---
+module: node_supervisor
+short_description: Start, renew, query or stop the per-node RNIC lock supervisor
+version_added: 0.1.0
+description:
+  - V(started) starts a detached supervisor process that takes one C(flock) per RNIC in O(lock_dir),
+    rechecks hostname and boot ID inside the locks, and then owns the run's child processes. It keeps
+    running after the module returns (its program is copied into the private run directory).
+    Fails naming the current owner when a lock stays held for O(lock_timeout) seconds, or naming
+    the field when the identity changed; nothing is left held then.
+  - V(renewed) extends the lease. A supervisor whose lease runs out kills and reaps its children,
+    releases its locks and exits.
+  - V(status) reports the running supervisor (locks, lease, children).
+  - V(stopped) refuses while children run unless O(force) (then kills and reaps them), releases the
+    locks, closes the journal and returns its path. Stopping a supervisor that is not running is
+    not an error (it is what an C(always:) section needs).
+  - See C(docs/supervisor.md) for the lifecycle, the lock file format and the journal schema.
+author:
+  - OrbiTE qualification team
+options:
+  state:
+    description: What to do with the supervisor.
+    type: str
+    choices: [started, stopped, status, renewed]
+    default: started
+  run_id:
+    description:
+      - The qualification run this supervisor serves; names its run directory and is written into
+        every lock file.
+    type: str
+    required: true
+  locks:
+    description: RNIC names (as under C(/sys/class/infiniband)) to lock; required for V(started).
+    type: list
+    elements: str
+  root:
+    description: The host root (V(/) on a real node, a fake host's directory in the simulated lab).
+    type: path
+    default: /
+  lock_dir:
+    description:
+      - Directory of the lock files; created with mode 0700 when missing, refused when it exists
+        with group or other access or another owner. Defaults to C(<root>/run/orbite/locks).
+    type: path
+  run_dir:
+    description:
+      - Private run directory (mode 0700) of the control socket, journal and program copy.
+        Defaults to C(<root>/run/orbite/supervisors/<run_id>).
+    type: path
+  hostname:
+    description: Expected hostname, rechecked inside the locks. Defaults to the value read at start.
+    type: str
+  boot_id:
+    description: Expected boot ID, rechecked inside the locks. Defaults to the value read at start.
+    type: str
+  controller:
+    description: Name of the controller running the play, written into the lock files.
+    type: str
+    default: ansible
+  lease:
+    description: Lease in seconds (for V(started) and V(renewed)); strings are cast.
+    type: float
+    default: 600
+  lock_timeout:
+    description: Seconds to wait for each busy RNIC lock before failing.
+    type: float
+    default: 30
+  force:
+    description: With V(stopped), kill and reap running children instead of refusing.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: partial
+    details: V(started), V(renewed) and V(stopped) report what they would do without doing it.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Take the node's RNIC locks for this run
+  orbite.qualification.node_supervisor:
+    state: started
+    run_id: "{{ run_id }}"
+    locks: [mlx5_0, mlx5_1]
+    hostname: "{{ node.identity.hostname }}"
+    boot_id: "{{ node.identity.boot_id }}"
+    lease: 900
+  register: supervisor
+
+- name: Release the locks (also after a failure)
+  orbite.qualification.node_supervisor:
+    state: stopped
+    run_id: "{{ run_id }}"
+    force: true
+"""
+
+RETURN = r"""
+supervisor:
+  description: Status of the supervisor (V(started), V(status), V(renewed)).
+  returned: when a supervisor runs
+  type: dict
+  contains:
+    pid:
+      description: Supervisor process id.
+      type: int
+    locks:
+      description: Held locks, each with C(rnic), C(path) and C(owner) (the lock file record).
+      type: list
+      elements: dict
+    children:
+      description: Child records (C(child_id), C(pid), C(start_time), C(running), exit status).
+      type: list
+      elements: dict
+    lease_remaining_s:
+      description: Seconds until the lease runs out.
+      type: float
+running:
+  description: Whether a supervisor runs after the task.
+  returned: always
+  type: bool
+journal:
+  description: Path of the supervisor journal on the node.
+  returned: always
+  type: str
+run_dir:
+  description: The run directory.
+  returned: always
+  type: str
+summary:
+  description: V(stopped) only; C(locks_released), C(released), C(children_killed), C(children), C(reason).
+  returned: when a running supervisor was stopped
+  type: dict
+error:
+  description: Stable failure code (C(lock_timeout), C(identity_mismatch), C(children_running), ...).
+  returned: failure
+  type: str
+owner:
+  description: The lock file record of the current holder when C(error) is C(lock_timeout).
+  returned: failure
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
+    SupervisorAlreadyRunning,
+    SupervisorClient,
+    SupervisorError,
+    SupervisorNotRunning,
+    SupervisorRequestError,
+    SupervisorStartError,
+    check_start_args,
+    default_lock_dir,
+    default_run_dir,
+    start_supervisor,
+)
+
+
+def _started(module, client, p, lock_dir):
+    check_start_args(p["run_id"], p["locks"], p["lease"], p["lock_timeout"])
+    try:
+        status = client.status()
+    except SupervisorNotRunning:
+        status = None
+    if status is not None:
+        held = sorted(lk["rnic"] for lk in status["locks"])
+        if held != sorted(p["locks"]):
+            module.fail_json(msg=f"a supervisor for run {p['run_id']} already runs holding {held}, not "
+                                 f"{sorted(p['locks'])}; stop it first", error="already_running",
+                             supervisor=status, run_dir=client.run_dir, journal=client.journal_path, running=True)
+        return False, status
+    if module.check_mode:
+        return True, None
+    try:
+        start_supervisor(client.run_dir, p["run_id"], p["locks"], lock_dir, root=p["root"],
+                         hostname=p["hostname"], boot_id=p["boot_id"], controller=p["controller"],
+                         lease=p["lease"], lock_timeout=p["lock_timeout"])
+    except SupervisorAlreadyRunning as exc:  # a concurrent start won the race
+        return False, exc.status
+    return True, client.status()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["started", "stopped", "status", "renewed"], "default": "started"},
+            "run_id": {"type": "str", "required": True},
+            "locks": {"type": "list", "elements": "str"},
+            "root": {"type": "path", "default": "/"},
+            "lock_dir": {"type": "path"},
+            "run_dir": {"type": "path"},
+            "hostname": {"type": "str"},
+            "boot_id": {"type": "str"},
+            "controller": {"type": "str", "default": "ansible"},
+            "lease": {"type": "float", "default": 600},
+            "lock_timeout": {"type": "float", "default": 30},
+            "force": {"type": "bool", "default": False},
+        },
+        required_if=[("state", "started", ("locks",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    result = {"changed": False}
+    try:
+        run_dir = p["run_dir"] or default_run_dir(p["root"], p["run_id"])
+        lock_dir = p["lock_dir"] or default_lock_dir(p["root"])
+        client = SupervisorClient(run_dir)
+        result.update(run_dir=run_dir, journal=client.journal_path)
+        state = p["state"]
+        if state == "started":
+            changed, status = _started(module, client, p, lock_dir)
+            result.update(changed=changed, running=status is not None)
+            if status is not None:
+                result["supervisor"] = status
+        elif state in ("status", "renewed"):
+            try:
+                status = client.status()
+            except SupervisorNotRunning as exc:
+                result.update(running=False)
+                if state == "renewed":
+                    module.fail_json(msg=f"cannot renew the lease: {exc}", error="not_running", **result)
+                module.exit_json(**result)
+            if state == "renewed" and not module.check_mode:
+                client.renew(p["lease"])
+                status = client.status()
+            result.update(changed=state == "renewed", running=True, supervisor=status)
+        else:
+            try:
+                client.status()
+            except SupervisorNotRunning:
+                result.update(running=False, journal_exists=os.path.exists(client.journal_path))
+                module.exit_json(**result)
+            if module.check_mode:
+                result.update(changed=True, running=True)
+            else:
+                summary = client.stop(force=p["force"])
+                result.update(changed=True, running=False, summary=summary)
+    except SupervisorStartError as exc:
+        details = {k: v for k, v in exc.details.items() if k in ("owner", "rnic", "mismatch")}
+        result.update(details, error=exc.code, running=False)
+        module.fail_json(msg=f"supervisor did not start: {exc}", **result)
+    except SupervisorRequestError as exc:
+        result.update(error=exc.code, running=True)
+        module.fail_json(msg=f"supervisor refused: {exc}", **result)
+    except SupervisorError as exc:
+        result.update(error=type(exc).__name__)
+        module.fail_json(msg=str(exc), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

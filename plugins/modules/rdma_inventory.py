@@ -1,0 +1,141 @@
+#!/usr/bin/python
+# Copyright: OrbiTE qualification team
+# Apache License 2.0 (see galaxy.yml)
+
+DOCUMENTATION = r"""
+---
+module: rdma_inventory
+short_description: Record a read-only sysfs inventory of a node's RDMA devices, ports, GIDs and netdevs
+version_added: 0.1.0
+description:
+  - Reads, relative to O(root), C(sys/class/infiniband/*) (device, PCI, NUMA, ports, GID tables),
+    C(sys/class/net/*), C(sys/devices/system/node/node*/cpulist), the hostname and the boot ID, and
+    returns them as one inventory (schema C(orbite.rdma-inventory), version 1, see docs/inventory.md).
+  - Never opens a file of O(root) for writing. Garbage in a file becomes an entry of
+    RV(inventory.errors) naming the field path, the file, the value and the rule; only a missing
+    O(root) fails the task.
+  - Unused GID slots (all-zero GID, or gid_attrs reads failing with EINVAL) are counted in
+    C(gids_unused), not listed.
+  - Shares no code with the OrbiTE engine; the gate records it before and after every child.
+author:
+  - OrbiTE qualification team
+options:
+  root:
+    description:
+      - The host root to read from. V(/) on a real node; a fake host's directory in the simulated lab.
+    type: path
+    default: /
+  save_to:
+    description:
+      - Also write the inventory as JSON (sorted keys) to this path on the node, atomically, mode 0644.
+      - Refused inside C(/sys), C(/proc) or the same directories under O(root).
+      - In check mode nothing is written; RV(save_to.changed) tells whether it would be.
+    type: path
+  verbs:
+    description:
+      - Cross-check port state, link layer and GID types with libibverbs through pyverbs.
+      - Reported as skipped (with the reason) when pyverbs is absent, when its C(get_device_list)
+        raises (no RDMA subsystem), or when O(root) is not V(/).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Inventory before the child, saved next to the receipts
+  orbite.qualification.rdma_inventory:
+    save_to: /var/tmp/orbite/inventory-before.json
+  register: before
+
+- name: Inventory of a fake host of the simulated lab
+  orbite.qualification.rdma_inventory:
+    root: /tmp/sim-lab/sim-a
+  register: sim_inventory
+
+- name: Inventory with the pyverbs cross-check
+  orbite.qualification.rdma_inventory:
+    verbs: true
+  register: checked
+"""
+
+RETURN = r"""
+inventory:
+  description: The inventory (docs/inventory.md has every field and its sysfs source).
+  returned: success
+  type: dict
+  contains:
+    schema:
+      description: Always C(orbite.rdma-inventory).
+      type: str
+    version:
+      description: Schema version, 1.
+      type: int
+    node:
+      description: Hostname, boot ID, kernel release, machine-id, NUMA nodes with their CPU lists.
+      type: dict
+    devices:
+      description: RDMA devices by name, each with PCI, NUMA, netdevs, uverbs node and ports (GID tables).
+      type: dict
+    netdevs:
+      description: Network interfaces by name (operstate, MAC, MTU, PCI function, RDMA devices).
+      type: dict
+    errors:
+      description: One entry per unreadable or malformed file (path, file, value, error).
+      type: list
+      elements: dict
+    verbs:
+      description: The pyverbs cross-check (status not_requested, skipped or checked; reason; mismatches).
+      type: dict
+save_to:
+  description: What happened to O(save_to); null when it is not set.
+  returned: success
+  type: dict
+  contains:
+    path:
+      description: The path.
+      type: str
+    changed:
+      description: Whether the file's content changed (or would, in check mode).
+      type: bool
+    written:
+      description: Whether the file was written (never in check mode).
+      type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.orbite.qualification.plugins.module_utils.sysfs_inventory import (
+    InventoryError,
+    read_inventory,
+    render_inventory,
+    save_inventory,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "default": "/"},
+            "save_to": {"type": "path"},
+            "verbs": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    root = module.params["root"]
+    save_to = module.params["save_to"]
+    try:
+        inventory = read_inventory(root, verbs=module.params["verbs"])
+        saved = None
+        if save_to:
+            changed = save_inventory(render_inventory(inventory), save_to, root=root, dry_run=module.check_mode)
+            saved = {"path": save_to, "changed": changed, "written": changed and not module.check_mode}
+    except InventoryError as error:
+        module.fail_json(msg=f"rdma_inventory: {error}")
+    module.exit_json(changed=bool(saved and saved["changed"]), inventory=inventory, save_to=saved)
+
+
+if __name__ == "__main__":
+    main()

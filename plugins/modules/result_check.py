@@ -1,0 +1,112 @@
+#!/usr/bin/python
+# Copyright: OrbiTE qualification contributors
+# Apache License 2.0 (see galaxy.yml)
+
+DOCUMENTATION = r"""
+---
+module: result_check
+short_description: Verify every receipt of a qualification run and write the verdict
+version_added: 0.1.0
+description:
+  - Reads every case of a run directory (layout in C(docs/verifier.md)), checks the runner ledgers,
+    observer logs and other receipts against the profile's derived workload with one stable code
+    per rule, and writes the verdict as JSON, JUnit XML and Markdown.
+  - The verdict is rewritten after every case, so an interrupted run still leaves the verdict so far.
+  - Shares no code with any runner. A missing, truncated or malformed receipt is a coded FAIL.
+  - The module does not fail on a FAIL verdict; the P(orbite.qualification.result_check#role) role does.
+author:
+  - OrbiTE qualification team
+options:
+  run_dir:
+    description: The run directory holding C(run.json) and C(cases/<case>/...).
+    type: path
+    required: true
+  output_dir:
+    description: Where to write C(verdict.json), C(verdict.xml) and C(verdict.md); defaults to O(run_dir).
+    type: path
+  cases:
+    description:
+      - The case IDs that must be present; a missing one is the FAIL C(case.missing).
+      - Defaults to the C(cases) list of C(run.json), else every case directory found.
+    type: list
+    elements: str
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the verdict is computed and returned but no file is written.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Verify the run and write the verdict
+  orbite.qualification.result_check:
+    run_dir: /var/tmp/orbite-runs/ra-20261129T1200
+  delegate_to: localhost
+  register: verdict
+"""
+
+RETURN = r"""
+verdict:
+  description: C(PASS) when every case passed every rule that applies to it, else C(FAIL).
+  returned: always
+  type: str
+diagnostic_only:
+  description: True when the run was made with a dirty build (C(allow_dirty)); such a PASS qualifies nothing.
+  returned: always
+  type: bool
+counts:
+  description: Rule findings passed, failed and skipped, and cases in all and failed.
+  returned: always
+  type: dict
+failed_codes:
+  description: The codes of the rules that failed, in order of first failure.
+  returned: always
+  type: list
+  elements: str
+reports:
+  description: Paths of the JSON, JUnit XML and Markdown verdicts (not written in check mode).
+  returned: always
+  type: dict
+cases:
+  description: Per case its verdict and the codes that failed.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.orbite.qualification.plugins.module_utils.verdict import report_paths, verify_run
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "run_dir": {"type": "path", "required": True},
+            "output_dir": {"type": "path"},
+            "cases": {"type": "list", "elements": "str"},
+        },
+        supports_check_mode=True,
+    )
+    run_dir = module.params["run_dir"]
+    if not os.path.isdir(run_dir):
+        module.fail_json(msg=f"run_dir={run_dir!r}: is not a directory (it must hold run.json and cases/)")
+    output_dir = module.params["output_dir"] or run_dir
+    result = verify_run(run_dir, output_dir=output_dir, write=not module.check_mode,
+                        expected_cases=module.params["cases"])
+    module.exit_json(
+        changed=not module.check_mode,
+        verdict=result["verdict"],
+        diagnostic_only=result["diagnostic_only"],
+        counts=result["counts"],
+        failed_codes=result["failed_codes"],
+        reports=report_paths(output_dir),
+        cases=[{"case": c["case"], "verdict": c["verdict"],
+                "failed": [f["code"] for f in c["findings"] if f["status"] == "FAIL"]} for c in result["cases"]],
+    )
+
+
+if __name__ == "__main__":
+    main()

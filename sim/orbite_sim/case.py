@@ -1,0 +1,265 @@
+"""Load and validate a runner case file (docs/runner-contract.md section 2).
+
+Every rule broken gives a CaseError whose message names the field, the value and the rule. Nothing
+is opened or contacted before this passes.
+"""
+
+import json
+import os
+
+from . import PROTOCOL
+from .errors import CaseError
+
+SUPPORTED_MODES = ("installed-host", "installed-rail-accounting")
+OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
+MODELLED_OBSERVERS = ("accounting",)
+DEFECTS = (
+    "corrupt_byte",
+    "overwrite_guard",
+    "extra_qp",
+    "no_qp_reuse",
+    "skew_native_counter",
+    "skip_drain",
+    "mr_one_context",
+    "payload_over_rendezvous",
+    "wrong_slicing",
+    "drop_observer_completion",
+    "stale_input",
+    "exceed_sq_depth",
+    "single_rail",
+    "serial_parents",
+)
+TOP_FIELDS = (
+    "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
+    "discovery", "service_address", "peer_address", "registration_id", "peer_registration_id",
+    "observers", "observer_log_dir", "seed", "timeouts", "defects",
+)
+RAIL_COUNT = 2
+MAX_PARENTS = 32
+MAX_PAYLOAD = 32 << 20
+MAX_LANES = 3
+# The simulated runner's own limit: a round with more WRs than this would only measure Python.
+MAX_WRS_PER_ROUND = 65536
+DEFAULT_CONNECT_S = 30.0
+DEFAULT_ROUND_S = 300.0
+
+
+def _short(value):
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _fail(field, value, rule):
+    raise CaseError(f"case field {field} = {_short(value)}: {rule}")
+
+
+def _int(obj, field, path, low=None, high=None, default=None, required=True):
+    if field not in obj:
+        if required:
+            _fail(path, None, "is required")
+        return default
+    value = obj[field]
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(path, value, "must be an integer")
+    if low is not None and value < low:
+        _fail(path, value, f"must be >= {low}")
+    if high is not None and value > high:
+        _fail(path, value, f"must be <= {high}")
+    return value
+
+
+def _str(obj, field, path, required=True, default=None, max_len=None):
+    if field not in obj:
+        if required:
+            _fail(path, None, "is required")
+        return default
+    value = obj[field]
+    if not isinstance(value, str) or not value:
+        _fail(path, value, "must be a non-empty string")
+    if max_len is not None and len(value) > max_len:
+        _fail(path, value, f"must be at most {max_len} characters")
+    return value
+
+
+def parse_address(text, path):
+    """'host:port' or '[v6]:port' -> (host, port)."""
+    if not isinstance(text, str) or ":" not in text:
+        _fail(path, text, "must be 'host:port' (IPv6 as '[addr]:port')")
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep:
+            _fail(path, text, "IPv6 addresses must be written '[addr]:port'")
+    else:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            _fail(path, text, "IPv6 addresses must be written '[addr]:port'")
+    if not host or not port.isdigit() or int(port) > 65535:
+        _fail(path, text, "must be 'host:port' with a port 0..65535")
+    return host, int(port)
+
+
+def format_address(host, port):
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def load_case(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except OSError as exc:
+        raise CaseError(f"case file {path!r}: cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise CaseError(f"case file {path!r}: is not valid JSON ({exc})") from None
+    return validate_case(raw)
+
+
+def validate_case(raw):
+    """Validated, normalized case dict (defaults filled)."""
+    if not isinstance(raw, dict):
+        _fail("(top level)", raw, "must be a JSON object")
+    unknown = sorted(set(raw) - set(TOP_FIELDS))
+    if unknown:
+        _fail(unknown[0], raw[unknown[0]], "is not a case field (see docs/runner-contract.md section 2)")
+    if raw.get("schema") != "orbite.runner-case":
+        _fail("schema", raw.get("schema"), "must be 'orbite.runner-case'")
+    if raw.get("version") != 1:
+        _fail("version", raw.get("version"), "must be 1")
+    if raw.get("protocol") != PROTOCOL:
+        _fail("protocol", raw.get("protocol"), f"must be {PROTOCOL!r}")
+    case = {"protocol": PROTOCOL}
+    case["run_id"] = _str(raw, "run_id", "run_id")
+    role = raw.get("role")
+    if role not in ("source", "requester"):
+        _fail("role", role, "must be 'source' or 'requester'")
+    case["role"] = role
+    case["generation"] = _int(raw, "generation", "generation", low=1)
+    case["profile"] = _validate_profile(raw.get("profile"))
+    root = raw.get("root", "/")
+    if not isinstance(root, str) or not os.path.isabs(root):
+        _fail("root", root, "must be an absolute path")
+    case["root"] = root
+    auto = case["profile"].get("discovery") == "auto"
+    if auto:
+        if "rails" in raw:
+            _fail("rails", raw["rails"], "must be absent with profile.discovery 'auto' (no device pins)")
+        case["discovery"] = _validate_discovery(raw.get("discovery"))
+        case["rails"] = None
+    else:
+        if "discovery" in raw:
+            _fail("discovery", raw["discovery"], "is only allowed with profile.discovery 'auto'")
+        case["rails"] = _validate_rails(raw.get("rails"))
+        case["discovery"] = None
+    if role == "source":
+        case["service_address"] = _str(raw, "service_address", "service_address")
+        parse_address(case["service_address"], "service_address")
+        case["peer_address"] = raw.get("peer_address")
+    else:
+        case["peer_address"] = _str(raw, "peer_address", "peer_address")
+        _host, port = parse_address(case["peer_address"], "peer_address")
+        if port == 0:
+            _fail("peer_address", case["peer_address"], "must name the source's real port (not 0)")
+        case["service_address"] = raw.get("service_address")
+    case["registration_id"] = _str(raw, "registration_id", "registration_id", max_len=128)
+    case["peer_registration_id"] = _str(raw, "peer_registration_id", "peer_registration_id",
+                                        required=False, max_len=128)
+    case["observers"] = _name_list(raw, "observers", OBSERVERS)
+    for i, tool in enumerate(case["observers"]):
+        if tool not in MODELLED_OBSERVERS:
+            _fail(f"observers[{i}]", tool, "the simulated runner models only " + ", ".join(MODELLED_OBSERVERS)
+                  + " so far (its fault modes are not implemented yet)")
+    case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
+    case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
+    case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
+    case["defects"] = _name_list(raw, "defects", DEFECTS)
+    return case
+
+
+def _validate_profile(profile):
+    if not isinstance(profile, dict):
+        _fail("profile", profile, "must be an object (the validated profile)")
+    p = dict(profile)
+    mode = p.get("mode")
+    if mode not in SUPPORTED_MODES:
+        _fail("profile.mode", mode, "the simulated runner supports " + ", ".join(SUPPORTED_MODES))
+    if p.get("operation") not in ("read", "write"):
+        _fail("profile.operation", p.get("operation"), "must be 'read' or 'write'")
+    if not isinstance(p.get("rdma_events"), bool):
+        _fail("profile.rdma_events", p.get("rdma_events"), "must be a boolean")
+    _int(p, "parents", "profile.parents", low=1, high=MAX_PARENTS)
+    _int(p, "payload", "profile.payload", low=1, high=MAX_PAYLOAD)
+    _int(p, "block", "profile.block", low=1)
+    _int(p, "num_lanes", "profile.num_lanes", low=1, high=MAX_LANES)
+    mask = _int(p, "mask", "profile.mask", low=1, high=3)
+    del mask
+    if "discovery" in p and p["discovery"] != "auto":
+        _fail("profile.discovery", p["discovery"], "must be 'auto' when present")
+    # ceil() bounds what wrong_slicing can produce too.
+    wrs = p["parents"] * -(-p["payload"] // p["block"])
+    if wrs > MAX_WRS_PER_ROUND:
+        _fail("profile.block", p["block"],
+              f"gives {wrs} payload WRs per round; the simulated runner allows at most {MAX_WRS_PER_ROUND}")
+    return p
+
+
+def _validate_rails(rails):
+    if not isinstance(rails, list) or len(rails) != RAIL_COUNT:
+        _fail("rails", rails, f"must be a list of exactly {RAIL_COUNT} rails (index = rail number)")
+    out = []
+    for i, rail in enumerate(rails):
+        path = f"rails[{i}]"
+        if not isinstance(rail, dict):
+            _fail(path, rail, "must be an object with device, port, gid_index")
+        extra = sorted(set(rail) - {"device", "port", "gid_index"})
+        if extra:
+            _fail(f"{path}.{extra[0]}", rail[extra[0]], "is not a rail field (device, port, gid_index)")
+        device = _str(rail, "device", f"{path}.device")
+        if "/" in device or device in (".", ".."):
+            _fail(f"{path}.device", device, "must be a device name without '/'")
+        out.append({
+            "device": device,
+            "port": _int(rail, "port", f"{path}.port", low=1, high=255),
+            "gid_index": _int(rail, "gid_index", f"{path}.gid_index", low=0, high=255),
+        })
+    if out[0]["device"] == out[1]["device"] and out[0]["port"] == out[1]["port"]:
+        _fail("rails[1]", rails[1], "must name a different RNIC port than rails[0]")
+    return out
+
+
+def _validate_discovery(disc):
+    if not isinstance(disc, dict):
+        _fail("discovery", disc, "must be an object with whitelist and blacklist")
+    extra = sorted(set(disc) - {"whitelist", "blacklist"})
+    if extra:
+        _fail(f"discovery.{extra[0]}", disc[extra[0]], "is not a discovery field (whitelist, blacklist)")
+    out = {}
+    for key in ("whitelist", "blacklist"):
+        value = disc.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            _fail(f"discovery.{key}", value, "must be a list of device names")
+        out[key] = list(value)
+    return out
+
+
+def _validate_timeouts(timeouts):
+    if not isinstance(timeouts, dict):
+        _fail("timeouts", timeouts, "must be an object with connect_s and/or round_s")
+    out = {"connect_s": DEFAULT_CONNECT_S, "round_s": DEFAULT_ROUND_S}
+    for key, value in timeouts.items():
+        if key not in out:
+            _fail(f"timeouts.{key}", value, "is not a timeout (connect_s, round_s)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            _fail(f"timeouts.{key}", value, "must be a positive number of seconds")
+        out[key] = float(value)
+    return out
+
+
+def _name_list(raw, field, allowed):
+    value = raw.get(field, [])
+    if not isinstance(value, list):
+        _fail(field, value, "must be a list")
+    for i, name in enumerate(value):
+        if name not in allowed:
+            _fail(f"{field}[{i}]", name, "must be one of " + ", ".join(allowed))
+    if len(set(value)) != len(value):
+        _fail(field, value, "must not repeat a name")
+    return list(value)

@@ -1,0 +1,118 @@
+"""Command line of the simulated runner and the mapping of outcomes to exit codes."""
+
+import argparse
+import os
+import sys
+import traceback
+
+from . import PROTOCOL
+from .case import load_case
+from .engine import RequesterEngine, SourceEngine
+from .errors import (
+    EXIT_CASE_ERROR,
+    EXIT_CHECK_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    CaseError,
+    EngineError,
+)
+from .ledger import Ledger
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise CaseError(f"command line: {message}")
+
+
+def _parse(argv):
+    parser = _Parser(prog="orbite_sim_runner.py", description="Simulated OrbiTE engine runner ("
+                     + PROTOCOL + "); see docs/runner-contract.md.")
+    parser.add_argument("--protocol", action="store_true", help="print the protocol string and exit")
+    parser.add_argument("--case", help="case file (JSON, schema orbite.runner-case v1)")
+    parser.add_argument("--output", help="output directory (ledger.json, ready.json, observer logs)")
+    args = parser.parse_args(argv)
+    if not args.protocol and (not args.case or not args.output):
+        raise CaseError("command line: --case and --output are required (or --protocol)")
+    return args
+
+
+def _prepare_output(path):
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise CaseError(f"--output {path!r}: cannot be created ({exc.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise CaseError(f"--output {path!r}: is not writable")
+    return path
+
+
+def main(argv=None):
+    try:
+        args = _parse(sys.argv[1:] if argv is None else argv)
+    except CaseError as exc:
+        print(f"orbite-runner: {exc}", file=sys.stderr)
+        return EXIT_CASE_ERROR
+    if args.protocol:
+        print(PROTOCOL)
+        return EXIT_OK
+    if "RDMAV_ALLOW_DISASSOC_DESTROY" in os.environ:
+        print("orbite-runner: RDMAV_ALLOW_DISASSOC_DESTROY is set; it would turn a destroy EIO into success",
+              file=sys.stderr)
+        return EXIT_CASE_ERROR
+    try:
+        output = _prepare_output(args.output)
+    except CaseError as exc:
+        print(f"orbite-runner: {exc}", file=sys.stderr)
+        return EXIT_CASE_ERROR
+    ledger_path = os.path.join(output, "ledger.json")
+    try:
+        case = load_case(args.case)
+    except CaseError as exc:
+        print(f"orbite-runner: {exc}", file=sys.stderr)
+        ledger = Ledger(ledger_path)
+        ledger.doc["errors"].append(EngineError("InvalidArgument", "case", str(exc)).as_dict())
+        ledger.finish("case_error", EXIT_CASE_ERROR)
+        return EXIT_CASE_ERROR
+
+    ledger = Ledger(ledger_path, case, case["defects"])
+    print(f"orbite-runner: role={case['role']} generation={case['generation']} pid={os.getpid()}", flush=True)
+    engine = None
+    code = EXIT_OK
+    try:
+        engine = (SourceEngine if case["role"] == "source" else RequesterEngine)(case, output, ledger)
+        engine.run()
+        if engine.rounds_failed_checks or (ledger.doc["teardown"] or {}).get("retained_owners", 0):
+            code = EXIT_CHECK_FAILED
+    except EngineError as exc:
+        print(f"orbite-runner: {exc}", file=sys.stderr)
+        if exc.round_no is None and engine is not None and engine.round_no:
+            exc.round_no = engine.round_no  # e.g. the peer vanished during this round
+        ledger.doc["errors"].append(exc.as_dict())
+        code = exc.exit_code
+    except Exception as exc:  # a bug: keep the traceback for the journal, still leave a ledger
+        traceback.print_exc()
+        ledger.doc["errors"].append(EngineError("Internal", "runner", f"{type(exc).__name__}: {exc}").as_dict())
+        code = EXIT_INTERNAL
+    if engine is not None:
+        _best_effort_close(engine)
+        engine.totals()
+    ledger.finish("complete" if code == EXIT_OK else "failed", code)
+    return code
+
+
+def _best_effort_close(engine):
+    """After a failure: stop threads and release what is still held, so the ledger can say what stayed."""
+    if engine.doc["teardown"] is not None:
+        return
+    for closer in (getattr(engine.nic, "stop", None), getattr(engine.rv, "close", None)):
+        if closer is not None:
+            try:
+                closer()
+            except Exception as exc:  # recorded, never raised: the original error is the one that counts
+                print(f"orbite-runner: cleanup: {exc}", file=sys.stderr)
+    for listener in getattr(engine, "listeners", []):
+        listener.close()
+    try:
+        engine.teardown(getattr(engine, "all_qps", []), {})
+    except Exception as exc:
+        print(f"orbite-runner: teardown: {exc}", file=sys.stderr)

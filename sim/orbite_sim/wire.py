@@ -1,0 +1,233 @@
+"""The two channels between the peers.
+
+Rendezvous: a TCP connection carrying length-prefixed JSON control messages (4-byte big-endian
+length, then UTF-8 JSON). Every message has ``kind``, the sender's ``epoch`` and the ``peer_epoch``
+the sender believes the receiver has (null before contact). A reader thread sorts incoming messages
+into the control queue and (only under the ``payload_over_rendezvous`` defect) the payload queue.
+
+Data channel: a separate TCP connection carrying binary frames: a 40-byte header
+``!4sBBHIIQQQ`` = magic ``OSD1``, type, flags, status, qpn, rkey, wr_id, offset, length, followed
+by ``length`` payload bytes for READ_RESP and WRITE frames (unless flag OOB says the payload went on
+the rendezvous connection).
+"""
+
+import json
+import queue
+import socket
+import struct
+import threading
+
+from .errors import EngineError, peer_lost, protocol_error
+
+RV_LEN = struct.Struct("!I")
+RV_MAX = 48 << 20
+HEADER = struct.Struct("!4sBBHIIQQQ")
+MAGIC = b"OSD1"
+
+READ_REQ = 1
+READ_RESP = 2
+WRITE = 3
+WRITE_ACK = 4
+BIND = 5  # first frame on a data connection: wr_id = the session token from WELCOME
+FLAG_OOB = 1  # payload travelled on the rendezvous connection (defect payload_over_rendezvous)
+
+_EOF = object()
+
+
+def recv_exact_into(sock, view):
+    """Fill ``view`` from ``sock``; False on a clean EOF before the first byte, raises on a short read."""
+    got = 0
+    total = len(view)
+    while got < total:
+        n = sock.recv_into(view[got:], total - got)
+        if n == 0:
+            if got == 0:
+                return False
+            raise ConnectionError(f"connection closed after {got} of {total} bytes")
+        got += n
+    return True
+
+
+class Rendezvous:
+    def __init__(self, sock, epoch):
+        self.sock = sock
+        self.epoch = epoch
+        self.peer_epoch = None
+        self._send_lock = threading.Lock()
+        self.control = queue.Queue()
+        self.payload = queue.Queue()
+        # Traffic per round (the message's ``round`` field; None = session set-up/teardown), so both
+        # peers attribute every message to the same round whatever the timing.
+        self._traffic = {}
+        self.closed_reason = None
+        self._reader = threading.Thread(target=self._read_loop, name="rendezvous-reader", daemon=True)
+        self._reader.start()
+
+    def counters(self, round_no=None):
+        return dict(self._bucket(round_no))
+
+    def _bucket(self, round_no):
+        bucket = self._traffic.get(round_no)
+        if bucket is None:
+            bucket = {"messages_sent": 0, "messages_received": 0, "bytes_sent": 0, "bytes_received": 0}
+            self._traffic[round_no] = bucket
+        return bucket
+
+    def send(self, kind, **fields):
+        msg = {"kind": kind, "epoch": self.epoch, "peer_epoch": self.peer_epoch}
+        msg.update(fields)
+        data = json.dumps(msg, separators=(",", ":")).encode()
+        frame = RV_LEN.pack(len(data)) + data
+        with self._send_lock:
+            try:
+                self.sock.sendall(frame)
+            except OSError as exc:
+                raise peer_lost("rendezvous", f"sending {kind}: {exc}") from None
+            bucket = self._bucket(fields.get("round"))
+            bucket["messages_sent"] += 1
+            bucket["bytes_sent"] += len(frame)
+
+    def recv(self, timeout, expect):
+        """Next control message; its kind must be in ``expect``; epochs are checked."""
+        try:
+            msg = self.control.get(timeout=timeout)
+        except queue.Empty:
+            raise EngineError("Timeout", "rendezvous", f"no {'/'.join(expect)} within {timeout:g} s") from None
+        if msg is _EOF:
+            raise peer_lost("rendezvous", f"peer closed the rendezvous connection ({self.closed_reason})")
+        kind = msg.get("kind")
+        if kind == "ERROR":
+            raise EngineError(msg.get("error", "ProtocolError"), msg.get("operation", "rendezvous"),
+                              "peer reported: " + str(msg.get("message")))
+        if kind not in expect:
+            raise protocol_error("rendezvous", f"expected {'/'.join(expect)}, got {kind!r}")
+        self.check_epochs(msg)
+        return msg
+
+    def check_epochs(self, msg):
+        if msg.get("peer_epoch") is not None and msg["peer_epoch"] != self.epoch:
+            raise EngineError("EpochMismatch", "open_segment",
+                              f"peer addressed epoch {msg['peer_epoch']}, this engine is epoch {self.epoch}")
+        if self.peer_epoch is not None and msg.get("epoch") != self.peer_epoch:
+            raise EngineError("EpochMismatch", "open_segment",
+                              f"peer epoch changed from {self.peer_epoch} to {msg.get('epoch')}")
+
+    def recv_payload(self, timeout):
+        try:
+            msg = self.payload.get(timeout=timeout)
+        except queue.Empty:
+            raise EngineError("Timeout", "rendezvous", f"no PAYLOAD within {timeout:g} s") from None
+        if msg is _EOF:
+            raise peer_lost("rendezvous", "peer closed the rendezvous connection")
+        return msg
+
+    def _read_loop(self):
+        head = bytearray(RV_LEN.size)
+        try:
+            while True:
+                if not recv_exact_into(self.sock, memoryview(head)):
+                    self.closed_reason = "EOF"
+                    break
+                (length,) = RV_LEN.unpack(head)
+                if length > RV_MAX:
+                    self.closed_reason = f"message of {length} bytes exceeds {RV_MAX}"
+                    break
+                body = bytearray(length)
+                if not recv_exact_into(self.sock, memoryview(body)):
+                    self.closed_reason = "EOF inside a message"
+                    break
+                msg = json.loads(body.decode())
+                bucket = self._bucket(msg.get("round"))
+                bucket["messages_received"] += 1
+                bucket["bytes_received"] += RV_LEN.size + length
+                (self.payload if msg.get("kind") == "PAYLOAD" else self.control).put(msg)
+        except (OSError, ValueError) as exc:
+            self.closed_reason = str(exc)
+        self.control.put(_EOF)
+        self.payload.put(_EOF)
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self._reader.join(timeout=5)
+
+
+class DataChannel:
+    """Framed payload connection with its own counters (the ledger's ``data_channel``)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self._send_lock = threading.Lock()
+        self._head = bytearray(HEADER.size)
+        self.frames_sent = 0
+        self.frames_received = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.payload_bytes_sent = 0
+        self.payload_bytes_received = 0
+
+    def counters(self):
+        return {
+            "frames_sent": self.frames_sent,
+            "frames_received": self.frames_received,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "payload_bytes_sent": self.payload_bytes_sent,
+            "payload_bytes_received": self.payload_bytes_received,
+        }
+
+    def send(self, ftype, qpn, wr_id, offset, length, *, rkey=0, status=0, flags=0, payload=None):
+        header = HEADER.pack(MAGIC, ftype, flags, status, qpn, rkey, wr_id, offset, length)
+        with self._send_lock:
+            # Counted before the bytes leave: once the peer has them it may act on them (and ask this
+            # process for its counters) before this thread runs again.
+            self.frames_sent += 1
+            self.bytes_sent += HEADER.size
+            if payload is None:
+                self.sock.sendall(header)
+                return
+            self.payload_bytes_sent += len(payload)
+            self.bytes_sent += len(payload)
+            if len(payload) <= 65536:  # one system call for small frames; zero-copy for large ones
+                self.sock.sendall(header + bytes(payload))
+            else:
+                self.sock.sendall(header)
+                self.sock.sendall(payload)
+
+    def recv_header(self):
+        """(type, flags, status, qpn, rkey, wr_id, offset, length) or None at EOF."""
+        if not recv_exact_into(self.sock, memoryview(self._head)):
+            return None
+        magic, ftype, flags, status, qpn, rkey, wr_id, offset, length = HEADER.unpack(self._head)
+        if magic != MAGIC:
+            raise ConnectionError(f"bad frame magic {magic!r}")
+        self.frames_received += 1
+        self.bytes_received += HEADER.size
+        return ftype, flags, status, qpn, rkey, wr_id, offset, length
+
+    def recv_payload_into(self, view):
+        if not recv_exact_into(self.sock, view):
+            raise ConnectionError("connection closed before the payload")
+        self.payload_bytes_received += len(view)
+        self.bytes_received += len(view)
+
+    def discard(self, length):
+        scratch = bytearray(min(length, 1 << 20))
+        left = length
+        while left:
+            part = memoryview(scratch)[: min(left, len(scratch))]
+            self.recv_payload_into(part)
+            left -= len(part)
+
+    def shutdown(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self):
+        self.shutdown()
+        self.sock.close()

@@ -1,0 +1,123 @@
+"""Run the simulated runner pair directly (no Ansible) and lay the receipts out as a run directory.
+
+Used by the verifier's tests: the receipts are real runner output, arranged exactly as the gate
+playbooks fetch them (docs/verifier.md), without the playbooks' cost.
+"""
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = REPO / "sim" / "orbite_sim_runner.py"
+MIB = 1 << 20
+
+BASE = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu",
+        "transport": "rdma", "operation": "read", "rdma_events": False}
+RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, payload=4194305, block=MIB,
+                       num_lanes=1, mask=3, generations=1)
+SMALL_HOST = dict(BASE, mode="installed-host", parents=6, payload=3 * 65536 + 7, block=65536, num_lanes=2,
+                  mask=3, generations=1)
+RAILS = [{"device": "mlx5_0", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}]
+
+
+def make_hosts(base):
+    from ansible_collections.orbite.qualification.plugins.module_utils import fake_sysfs
+
+    roots = {}
+    for index, (role, name) in enumerate((("source", "sim-a"), ("requester", "sim-b"))):
+        root = Path(base) / "hosts" / name
+        if not root.exists():
+            fake_sysfs.write_host(str(root), fake_sysfs.sim_host_spec(index, name))
+        roots[role] = str(root)
+    return roots
+
+
+def _case(role, profile, root, defects, observers, extra):
+    case = {"schema": "orbite.runner-case", "version": 1, "protocol": "orbite-installed-host-v4",
+            "run_id": "test-run", "role": role, "generation": 1, "profile": profile, "root": root,
+            "registration_id": f"reg-{role}", "observers": observers, "defects": list(defects)}
+    if profile.get("discovery") == "auto":
+        devices = [r["device"] for r in RAILS]
+        case["discovery"] = {"whitelist": devices, "blacklist": devices}
+    else:
+        case["rails"] = RAILS
+    if role == "source":
+        case["service_address"] = "127.0.0.1:0"
+    case.update(extra.get(role, {}))
+    return case
+
+
+def _save_inventory(root, path):
+    from ansible_collections.orbite.qualification.plugins.module_utils import sysfs_inventory
+
+    Path(path).write_text(json.dumps(sysfs_inventory.read_inventory(root), sort_keys=True))
+
+
+def run_pair(run_dir, case_id, profile, defects=(), timeout=120, extra=None):
+    """Run source then requester, each as a child of a real lock supervisor on its fake host, the
+    way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/)."""
+    from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
+        SupervisorClient,
+        start_supervisor,
+    )
+
+    run_dir = Path(run_dir)
+    roots = make_hosts(run_dir.parent)
+    case_dir = run_dir / "cases" / case_id
+    observers = ["accounting"] if profile["mode"] in ("installed-rail-accounting",) else []
+    clients, children, ready = {}, {}, {}
+    try:
+        for role in ("source", "requester"):
+            out = case_dir / role / "g1"
+            out.mkdir(parents=True, exist_ok=True)
+            sup_dir = run_dir / "supervisors" / f"{case_id}-{role}"
+            start_supervisor(str(sup_dir), f"{case_id}-{role}", [r["device"] for r in RAILS],
+                             f"{roots[role]}/run/orbite/locks", root=roots[role], lease=timeout + 60)
+            clients[role] = SupervisorClient(str(sup_dir))
+            case = _case(role, profile, roots[role], defects, observers if role == "requester" else [], extra or {})
+            if role == "requester":
+                case["peer_address"] = ready["service_address"]
+            (out / "case.json").write_text(json.dumps(case))
+            if profile.get("discovery") == "auto":
+                _save_inventory(roots[role], out / "inventory-before.json")
+            argv = [sys.executable, str(RUNNER), "--case", str(out / "case.json"), "--output", str(out)]
+            children[role] = clients[role].launch(argv, env={"PATH": "/usr/bin:/bin"}, cwd=str(out),
+                                                  stdout_path=str(out / "runner.stdout"),
+                                                  stderr_path=str(out / "runner.stderr"))
+            if role == "source":
+                deadline = time.monotonic() + 30
+                while not (out / "ready.json").exists():
+                    state = clients[role].wait(children[role]["child_id"], timeout=0)
+                    if not state["timed_out"] or time.monotonic() > deadline:
+                        raise RuntimeError(f"source not ready: {(out / 'runner.stderr').read_text()}")
+                    time.sleep(0.01)
+                ready = json.loads((out / "ready.json").read_text())
+        for role, child in children.items():
+            if clients[role].wait(child["child_id"], timeout=timeout)["timed_out"]:
+                raise RuntimeError(f"{role} runner still running after {timeout} s")
+            if profile.get("discovery") == "auto":
+                _save_inventory(roots[role], case_dir / role / "g1" / "inventory-after.json")
+    finally:
+        for role, client in clients.items():
+            client.stop(force=True)
+            shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
+    (case_dir / "case.json").write_text(json.dumps(
+        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile,
+         "hosts": {"source": profile["source"], "requester": profile["requester"]}}))
+    run_json = run_dir / "run.json"
+    cases = json.loads(run_json.read_text())["cases"] if run_json.exists() else []
+    run_json.write_text(json.dumps({"schema": "orbite.run", "version": 1, "run_id": run_dir.name,
+                                    "cases": sorted(set(cases) | {case_id}), "allow_dirty": False}))
+    return case_dir
+
+
+def exit_codes(case_dir):
+    codes = {}
+    for role in ("source", "requester"):
+        ledger = Path(case_dir) / role / "g1" / "ledger.json"
+        codes[role] = json.loads(ledger.read_text()).get("exit_code") if ledger.exists() else None
+    return codes
+
