@@ -14,6 +14,12 @@ def case_entry(triple):
     return {"id": str(variant.get("id") or default_id), "profile": profile, "workload": workload}
 
 
+def pinned_observer(item, manifest):
+    """{key: tool, value: node path} + manifest -> {"path": node path, "sha256": the manifest's pin}."""
+    entry = (manifest.get("observers") or {}).get(item["key"]) or {}
+    return {"path": item["value"], "sha256": entry.get("sha256")}
+
+
 class FilterModule:
     def filters(self):
-        return {"case_entry": case_entry}
+        return {"case_entry": case_entry, "pinned_observer": pinned_observer}

@@ -171,10 +171,19 @@ def wait_ready(client, child, output_dir, timeout):
 
 
 def finish(params):
-    """Wait for a runner child to exit; return its exit status and the ledger's path."""
+    """Wait for a runner child to exit, renewing the supervisor's lease meanwhile; return its status."""
     client = SupervisorClient(params["supervisor_run_dir"])
+    deadline = time.monotonic() + params["timeout"]
     try:
-        state = client.wait(params["child_id"], timeout=params["timeout"])
+        lease = float(client.status().get("lease_s") or 60)
+        while True:
+            # Wait in slices of a third of the lease, renewing between them: a controller that is
+            # alive keeps its locks; one that died lets the lease expire and the supervisor clean up.
+            remaining = deadline - time.monotonic()
+            state = client.wait(params["child_id"], timeout=max(0.0, min(remaining, lease / 3)))
+            if not state["timed_out"] or remaining <= 0:
+                break
+            client.renew()
     except SupervisorError as error:
         raise RunnerError("wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
     if state["timed_out"]:

@@ -154,8 +154,12 @@ def _case_dirs(run_dir):
     ]
 
 
-def verify_run(run_dir, output_dir=None, write=True, expected_cases=None):
-    """Verify every case under ``run_dir/cases``; write verdict files to ``output_dir`` as it goes."""
+def verify_run(run_dir, output_dir=None, write=True, expected_cases=None, partial=False):
+    """Verify every case under ``run_dir/cases``; write verdict files to ``output_dir`` as it goes.
+
+    ``partial``: the run is still going (only ``expected_cases`` are done): the verdict says
+    ``complete: false``.
+    """
     output_dir = output_dir or run_dir
     run_meta = load_json(os.path.join(run_dir, "run.json"))
     meta = run_meta.data if run_meta.ok else {}
@@ -220,8 +224,8 @@ def verify_run(run_dir, output_dir=None, write=True, expected_cases=None):
                 ],
             }
         )
-    verdict["complete"] = True
-    verdict["finished_at"] = time.time()
+    verdict["complete"] = not partial
+    verdict["finished_at"] = None if partial else time.time()
     _summarize(verdict)
     if write:
         write_reports(verdict, output_dir)

@@ -30,6 +30,12 @@ options:
       - Defaults to the C(cases) list of C(run.json), else every case directory found.
     type: list
     elements: str
+  partial:
+    description:
+      - The run is still going and only O(cases) are done; the verdict says C(complete=false).
+      - The gate verifies after every case this way, so a killed controller leaves the verdict so far.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -51,6 +57,10 @@ verdict:
   description: C(PASS) when every case passed every rule that applies to it, else C(FAIL).
   returned: always
   type: str
+complete:
+  description: False for a partial verdict (O(partial=true)).
+  returned: always
+  type: bool
 diagnostic_only:
   description: True when the run was made with a dirty build (C(allow_dirty)); such a PASS qualifies nothing.
   returned: always
@@ -87,6 +97,7 @@ def main():
             "run_dir": {"type": "path", "required": True},
             "output_dir": {"type": "path"},
             "cases": {"type": "list", "elements": "str"},
+            "partial": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -95,10 +106,11 @@ def main():
         module.fail_json(msg=f"run_dir={run_dir!r}: is not a directory (it must hold run.json and cases/)")
     output_dir = module.params["output_dir"] or run_dir
     result = verify_run(run_dir, output_dir=output_dir, write=not module.check_mode,
-                        expected_cases=module.params["cases"])
+                        expected_cases=module.params["cases"], partial=module.params["partial"])
     module.exit_json(
         changed=not module.check_mode,
         verdict=result["verdict"],
+        complete=result["complete"],
         diagnostic_only=result["diagnostic_only"],
         counts=result["counts"],
         failed_codes=result["failed_codes"],
