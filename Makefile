@@ -48,7 +48,8 @@ molecule: setup
 	  echo "molecule: SKIPPED (needs root for the namespaced fake hosts; run make molecule as root)"; \
 	fi
 
-test: lint unit molecule
+# pytest last, so its summary line closes the output.
+test: lint molecule unit
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .

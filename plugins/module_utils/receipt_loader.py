@@ -213,12 +213,12 @@ _OBS_LINE = {
 }
 
 
-def load_observer_log(path) -> ObserverLog:
-    log = ObserverLog(path)
+def _json_lines(path):
+    """(records as (line number, dict), None) or (None, ReceiptProblem); a last line cut short is truncated."""
     text, problem = _read_text(path)
     if problem:
-        log.problem = problem
-        return log
+        return None, problem
+    records = []
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -226,13 +226,21 @@ def load_observer_log(path) -> ObserverLog:
         try:
             record = json.loads(line)
         except ValueError:
-            last = number == len(lines)
-            code = "receipt.truncated" if last and not text.endswith("\n") else "receipt.malformed"
-            log.problem = ProblemAt(code, path, number, "is not a JSON object line")
-            return log
+            cut_short = number == len(lines) and not text.endswith("\n")
+            return None, ProblemAt("receipt.truncated" if cut_short else "receipt.malformed", path, number,
+                                   "is not a JSON object line")
         if not isinstance(record, dict):
-            log.problem = ProblemAt("receipt.malformed", path, number, "is not a JSON object")
-            return log
+            return None, ProblemAt("receipt.malformed", path, number, "is not a JSON object")
+        records.append((number, record))
+    return records, None
+
+
+def load_observer_log(path) -> ObserverLog:
+    log = ObserverLog(path)
+    records, log.problem = _json_lines(path)
+    if log.problem:
+        return log
+    for number, record in records:
         if log.header is None:
             if (record.get("schema"), record.get("version")) != OBSERVER_SCHEMA:
                 log.problem = ProblemAt(
@@ -275,22 +283,10 @@ def ProblemAt(code, path, line, message):
 
 def load_journal(path) -> Receipt:
     """A supervisor journal: JSON lines; returned as {"header": first line, "events": [...]}."""
-    text, problem = _read_text(path)
+    records, problem = _json_lines(path)
     if problem:
         return Receipt(path, problem=problem)
-    events = []
-    lines = text.splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            code = "receipt.truncated" if number == len(lines) and not text.endswith("\n") else "receipt.malformed"
-            return Receipt(path, problem=ProblemAt(code, path, number, "is not a JSON object line"))
-        if not isinstance(record, dict):
-            return Receipt(path, problem=ProblemAt("receipt.malformed", path, number, "is not a JSON object"))
-        events.append(record)
-    if not events:
+    if not records:
         return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "journal is empty"))
+    events = [record for _, record in records]
     return Receipt(path, data={"header": events[0], "events": events[1:]})
