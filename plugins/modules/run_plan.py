@@ -1,0 +1,99 @@
+#!/usr/bin/python
+# Copyright: OrbiTE qualification contributors
+# Apache License 2.0 (see galaxy.yml)
+
+DOCUMENTATION = r"""
+---
+module: run_plan
+short_description: Lay out a qualification run directory (run.json and each case.json)
+version_added: 0.1.0
+description:
+  - Writes C(run.json) and C(cases/<id>/case.json) for every planned case, atomically, on the
+    host it runs on (the controller). The verifier reads exactly this plan.
+  - Refuses a directory that already holds another run's plan, so receipts of two runs never mix.
+author:
+  - OrbiTE qualification team
+options:
+  run_dir:
+    description: The run directory.
+    type: path
+    required: true
+  run_id:
+    description: The run's ID.
+    type: str
+    required: true
+  cases:
+    description: The planned cases, each C(id) and validated C(profile) (and optionally C(workload)).
+    type: list
+    elements: dict
+    required: true
+  allow_dirty:
+    description: The run uses a dirty build's manifest (diagnosis only; the verdict says so).
+    type: bool
+    default: false
+  runner_kind:
+    description: C(sim) or C(native).
+    type: str
+    choices: [sim, native]
+    default: sim
+  defects:
+    description: Simulated runner defect switches in force (red checks only).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Write the run's plan
+  orbite.qualification.run_plan:
+    run_dir: /var/tmp/orbite-runs/ra-1
+    run_id: ra-1
+    cases: "{{ orbite_cases }}"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+run_json:
+  description: Path of C(run.json).
+  returned: success
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.orbite.qualification.plugins.module_utils.run_plan import RunPlanError, write_plan
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "run_dir": {"type": "path", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "cases": {"type": "list", "elements": "dict", "required": True},
+            "allow_dirty": {"type": "bool", "default": False},
+            "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
+            "defects": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
+                             allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
+                             defects=params["defects"])
+    except RunPlanError as error:
+        module.fail_json(msg=str(error))
+    except OSError as error:
+        module.fail_json(msg=f"run_dir={params['run_dir']}: cannot be written ({error})")
+    module.exit_json(changed=changed, run_json=os.path.join(params["run_dir"], "run.json"))
+
+
+if __name__ == "__main__":
+    main()
