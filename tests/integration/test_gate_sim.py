@@ -104,10 +104,11 @@ def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(re
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            verdicts = list(Path(tmp_path).glob("*/verdict.json"))
-            if verdicts and list(Path(tmp_path).glob("*/cases/write-events/*/g1/case.json")):
-                break  # case 1 verified, case 2 started: kill the controller now
-            time.sleep(0.2)
+            # Case 1 verified, and case 2's source listening under its supervisor: kill now.
+            if list(Path(tmp_path).glob("*/verdict.json")) and list(
+                    Path(lab).glob("sim-a/var/tmp/orbite/*/write-events/source/g1/ready.json")):
+                break
+            time.sleep(0.05)
         assert proc.poll() is None, "the gate finished before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -117,8 +118,14 @@ def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(re
     verdict, _ = _verdict(tmp_path)
     assert verdict["complete"] is False
     assert [c["case"] for c in verdict["cases"]] == ["read-polling"]
+    assert _supervisor_pids(lab), "case 2's supervisors should still hold the locks right after the kill"
     deadline = time.monotonic() + lease + 30
     while time.monotonic() < deadline and (_supervisor_pids(lab) or not _locks_free(lab)):
         time.sleep(0.5)
     assert not _supervisor_pids(lab), "a supervisor outlived its lease"
     assert _locks_free(lab), "a lock outlived its supervisor's lease"
+    journals = list(Path(lab).glob("*/run/orbite/supervisors/*write-events*/journal.jsonl"))
+    assert len(journals) == 2
+    for journal in journals:
+        events = [json.loads(line)["ev"] for line in journal.read_text().splitlines()]
+        assert "lease_expired" in events and events[-1] == "journal_close", journal
