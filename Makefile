@@ -10,7 +10,7 @@ COLL_LINK := .collections/ansible_collections/orbite/qualification
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system venv link demo test lint unit molecule build-collection bench clean
+.PHONY: setup system venv link demo test lint unit molecule compat build-collection bench clean
 
 setup: system venv link
 
@@ -48,8 +48,12 @@ molecule: setup
 	  echo "molecule: SKIPPED (needs root for the namespaced fake hosts; run make molecule as root)"; \
 	fi
 
+# The oldest supported ansible-core (>= 2.17) runs the gate too, from its own venv.
+compat: setup
+	@bash scripts/compat.sh
+
 # pytest last, so its summary line closes the output.
-test: lint molecule unit
+test: lint molecule compat unit
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .

@@ -3,7 +3,8 @@
 # those missing. Without root it lists what is missing and carries on: the tests that need a
 # package skip themselves and say so.
 set -euo pipefail
-wanted=(openssh-server openssh-client libibverbs-dev gcc make)
+# python3-pyverbs: the inventory's optional verbs cross-check (its "no RDMA subsystem" path is tested).
+wanted=(openssh-server openssh-client libibverbs-dev gcc make python3-pyverbs)
 missing=()
 for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs the rail-accounting gate (with discovery) on a throw-away local sim lab with the OLDEST
+# supported ansible-core (meta/runtime.yml says >= 2.17), from its own venv, so a construct that
+# only newer ansible-core understands fails here and not in a lab.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${COMPAT_VENV:-.venv-ansible-2.17}
+if [[ ! -x $venv/bin/ansible-playbook ]]; then
+  "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --upgrade pip
+  "$venv/bin/pip" install --quiet -r requirements.txt "ansible-core>=2.17,<2.18"
+fi
+export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/$venv/bin:$PATH
+work=$(mktemp -d)
+cleanup() {
+  ansible-playbook playbooks/sim_lab.yml -e "sim_lab_dir=$work/lab" -e sim_lab_state=absent >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+echo "compat: $(ansible --version | head -1)"
+ansible-playbook playbooks/sim_lab.yml -e "sim_lab_dir=$work/lab" >"$work/lab.log" 2>&1 || { cat "$work/lab.log"; exit 1; }
+if ansible-playbook -i inventories/sim playbooks/rail_accounting.yml -e "sim_lab_dir=$work/lab" \
+     -e "orbite_output_dir=$work/runs" -e orbite_profile_file=profiles/rail_accounting_discovery.json \
+     >"$work/gate.log" 2>&1; then
+  echo "compat: rail_accounting (discovery) verdict PASS with $(ansible --version | head -1)"
+else
+  tail -40 "$work/gate.log"
+  echo "compat: the gate failed with the oldest supported ansible-core" >&2
+  exit 1
+fi
