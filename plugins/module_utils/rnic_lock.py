@@ -126,6 +126,11 @@ def describe_owner(owner: Optional[Dict]) -> str:
         return "an unnamed holder (empty lock file)"
     if "unparsable" in owner:
         return "an unknown holder (unparsable lock file: {!r})".format(owner["unparsable"])
+    if owner.get("state") == "released":
+        # Someone holds the flock without having written its record (not one of our supervisors).
+        return "a holder that left no record (the file's last owner, run {} pid {}, released it at {})".format(
+            owner.get("run_id"), owner.get("pid"), owner.get("released_at") or "an unknown time"
+        )
     return "run {} of controller {}, pid {} on {} (boot {}), since {}".format(
         owner.get("run_id"),
         owner.get("controller"),

@@ -99,14 +99,16 @@ def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env,
 def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(repo_root, ansible_env, lab,
                                                                               tmp_path):
     lease = 8
+    run_id = f"killed-{os.getpid()}-{int(time.time())}"  # the lab is shared with the other tests' runs
     proc = _gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",
-                 {"orbite_lease": str(lease)}, start_new_session=True)  # survey values arrive as strings
+                 {"orbite_lease": str(lease), "orbite_run_id": run_id},  # survey values arrive as strings
+                 start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             # Case 1 verified, and case 2's source listening under its supervisor: kill now.
             if list(Path(tmp_path).glob("*/verdict.json")) and list(
-                    Path(lab).glob("sim-a/var/tmp/orbite/*/write-events/source/g1/ready.json")):
+                    Path(lab).glob(f"sim-a/var/tmp/orbite/{run_id}/write-events/source/g1/ready.json")):
                 break
             time.sleep(0.05)
         assert proc.poll() is None, "the gate finished before it could be killed"
@@ -124,8 +126,27 @@ def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(re
         time.sleep(0.5)
     assert not _supervisor_pids(lab), "a supervisor outlived its lease"
     assert _locks_free(lab), "a lock outlived its supervisor's lease"
-    journals = list(Path(lab).glob("*/run/orbite/supervisors/*write-events*/journal.jsonl"))
+    journals = list(Path(lab).glob(f"*/run/orbite/supervisors/{run_id}-write-events/journal.jsonl"))
     assert len(journals) == 2
     for journal in journals:
         events = [json.loads(line)["ev"] for line in journal.read_text().splitlines()]
         assert "lease_expired" in events and events[-1] == "journal_close", journal
+
+
+def test_a_held_rnic_lock_fails_the_case_by_name_and_leaves_nothing_held(repo_root, ansible_env, lab, tmp_path):
+    profile = tmp_path / "small.json"
+    profile.write_text(json.dumps(SMALL_HOST_PROFILE))
+    lock = next(Path(lab).glob("sim-a/run/orbite/locks/mlx5_1.lock"), None) or (
+        Path(lab) / "sim-a" / "run" / "orbite" / "locks" / "mlx5_1.lock")
+    with open(lock, "a+") as handle:  # another owner holds sim-a's mlx5_1
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        result = _gate(repo_root, ansible_env, lab, tmp_path / "runs", "installed_host.yml",
+                       {"orbite_profile_file": str(profile), "orbite_lock_timeout": "1"})
+    assert result.returncode != 0
+    verdict, _ = _verdict(tmp_path / "runs")
+    assert verdict["failed_codes"][0] == "case.node_failure"
+    (finding,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "case.node_failure"]
+    assert "source on sim-a" in finding["message"] and "mlx5_1" in finding["message"]
+    assert "left no record" in finding["message"] or "empty lock file" in finding["message"]
+    assert "Traceback" not in result.stdout
+    assert _locks_free(lab) and not _supervisor_pids(lab)
