@@ -16,34 +16,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / ".collections"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / ".collections"), str(ROOT / "tests" / "fixtures" / "sim")]
 
-from helpers.sim_pair import RAIL_ACCOUNTING, RAILS, RUNNER, make_hosts  # noqa: E402
+import sim_harness  # noqa: E402 - the simulated runner's harness: the same two invocations, no Ansible
 
-
-def direct_pair(base, case_id, profile):
-    """The two runner invocations of one case, started as the gate starts them, without Ansible."""
-    roots = make_hosts(base)
-    procs, ready = {}, {}
-    for role in ("source", "requester"):
-        out = Path(base) / case_id / role
-        out.mkdir(parents=True)
-        case = {"schema": "orbite.runner-case", "version": 1, "protocol": "orbite-installed-host-v4",
-                "run_id": "bench", "role": role, "generation": 1, "profile": profile, "root": roots[role],
-                "registration_id": f"reg-{role}", "rails": RAILS,
-                "observers": ["accounting"] if role == "requester" else []}
-        if role == "source":
-            case["service_address"] = "127.0.0.1:0"
-        else:
-            case["peer_address"] = ready["service_address"]
-        (out / "case.json").write_text(json.dumps(case))
-        procs[role] = subprocess.Popen([sys.executable, str(RUNNER), "--case", str(out / "case.json"),
-                                        "--output", str(out)], stdout=subprocess.DEVNULL)
-        while role == "source" and not (out / "ready.json").exists():
-            time.sleep(0.005)
-        if role == "source":
-            ready = json.loads((out / "ready.json").read_text())
-    return [p.wait() for p in procs.values()]
+RAIL_ACCOUNTING = sim_harness.profile("installed-rail-accounting")  # the frozen profile
 
 
 def gate(base, times_path):
@@ -73,13 +50,13 @@ def main():
     args = parser.parse_args()
     direct_times, gate_times = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        make_hosts(tmp)  # build the fake hosts outside the timed part
+        sim_harness.make_hosts()  # build the fake hosts outside the timed part
         for index in range(args.rounds):
             started = time.monotonic()
             for case_id, changes in (("read-polling", {}), ("write-events", {"operation": "write",
                                                                              "rdma_events": True})):
-                codes = direct_pair(f"{tmp}/direct{index}", case_id, dict(RAIL_ACCOUNTING, **changes))
-                assert codes == [0, 0], codes
+                result = sim_harness.run_pair(f"{tmp}/direct{index}/{case_id}", dict(RAIL_ACCOUNTING, **changes))
+                assert result["rc"] == {"source": 0, "requester": 0}, result["stderr"]
             direct_times.append(time.monotonic() - started)
             gate_times.append(gate(f"{tmp}/gate{index}", Path(tmp) / "times.json"))
         tasks = json.loads((Path(tmp) / "times.json").read_text())

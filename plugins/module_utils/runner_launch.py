@@ -11,11 +11,11 @@ Stdlib only, Python >= 3.9.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 
+from ansible_collections.orbite.qualification.plugins.module_utils.installation_manifest import sha256_file
 from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
     SupervisorClient,
     SupervisorError,
@@ -39,14 +39,6 @@ class RunnerError(Exception):
         super().__init__(msg)
         self.code = code
         self.details = details
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_preload(libraries):

@@ -143,6 +143,11 @@ def verify_case(case_dir):
     return case_id, findings
 
 
+def _missing_case(case_id, message, run_dir):
+    finding = _finding("case.missing", "case", "every planned case left its receipts", FAIL, message, run_dir)
+    return {"case": case_id, "verdict": FAIL, "findings": [finding]}
+
+
 def _case_dirs(run_dir):
     cases_root = os.path.join(run_dir, "cases")
     if not os.path.isdir(cases_root):
@@ -182,22 +187,8 @@ def verify_run(run_dir, output_dir=None, write=True, expected_cases=None, partia
     wanted = list(expected_cases if expected_cases is not None else meta.get("cases") or found_ids)
     for case_id in wanted:
         if case_id not in found_ids:
-            verdict["cases"].append(
-                {
-                    "case": case_id,
-                    "verdict": FAIL,
-                    "findings": [
-                        _finding(
-                            "case.missing",
-                            "case",
-                            "every planned case left its receipts",
-                            FAIL,
-                            f"case {case_id} has no directory under {run_dir}/cases",
-                            run_dir,
-                        )
-                    ],
-                }
-            )
+            verdict["cases"].append(_missing_case(case_id, f"case {case_id} has no directory under {run_dir}/cases",
+                                                  run_dir))
     for case_dir in case_dirs:
         if os.path.basename(case_dir) not in wanted:
             continue
@@ -208,22 +199,7 @@ def verify_run(run_dir, output_dir=None, write=True, expected_cases=None, partia
         if write:
             write_reports(verdict, output_dir)
     if not wanted:
-        verdict["cases"].append(
-            {
-                "case": "(none)",
-                "verdict": FAIL,
-                "findings": [
-                    _finding(
-                        "case.missing",
-                        "case",
-                        "every planned case left its receipts",
-                        FAIL,
-                        f"no case under {run_dir}/cases",
-                        run_dir,
-                    )
-                ],
-            }
-        )
+        verdict["cases"].append(_missing_case("(none)", f"no case under {run_dir}/cases", run_dir))
     verdict["complete"] = not partial
     verdict["finished_at"] = None if partial else time.time()
     _summarize(verdict)

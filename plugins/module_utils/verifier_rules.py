@@ -269,12 +269,8 @@ def check_parents_completed(case):
         if numbers != list(range(parents)):
             problems.append((f"{label}: parents {numbers}, expected 0..{parents - 1}", where))
         for parent in rnd["parents"]:
-            # A parent failed by its own recorded byte or guard check is reported by that rule.
-            own_check_failed = any(
-                isinstance(parent.get(c), dict) and parent[c].get("ok") is False for c in ("byte_check", "guard_check")
-            )
-            status = "Completed" if parent["status"] == "Failed" and own_check_failed else parent["status"]
-            if (status, parent["requested_bytes"], parent["completed_bytes"]) != ("Completed", payload, payload):
+            observed = (parent["status"], parent["requested_bytes"], parent["completed_bytes"])
+            if observed != ("Completed", payload, payload):
                 problems.append(
                     (
                         f"{label} parent {parent['parent']}: {parent['status']}, "
@@ -1011,7 +1007,9 @@ LEDGER_RULES = (
     Rule("ledger.fresh_input", "ledger", "a new input seed every round, agreed by both peers", check_fresh_input),
     Rule("ledger.bytes", "ledger", "every destination byte was checked and matched", check_bytes),
     Rule("ledger.guards", "ledger", "every guard around every destination was checked and unchanged", check_guards),
-    Rule("ledger.parents", "ledger", "every parent completed with all its bytes", check_parents_completed),
+    # A parent that failed its own byte or guard check is that rule's finding, not this one's.
+    Rule("ledger.parents", "ledger", "every parent completed with all its bytes", check_parents_completed,
+         after=("ledger.bytes", "ledger.guards")),
     Rule("ledger.drain", "ledger", "both peers drained to zero debt after every round", check_drained),
     Rule("ledger.errors", "ledger", "no typed error that the mode does not provoke", check_typed_errors),
     Rule("counters.wrs", "counters", "listed WRs, their completions and the native WR and CQE counters agree",

@@ -11,7 +11,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RUNNER = REPO / "sim" / "orbite_sim_runner.py"
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "sim"))
+
+import sim_harness  # noqa: E402 - the simulated runner's own harness: hosts, case files
+
+RUNNER = sim_harness.RUNNER
+RAILS = sim_harness.RAILS
 MIB = 1 << 20
 
 BASE = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu",
@@ -20,34 +25,12 @@ RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, paylo
                        num_lanes=1, mask=3, generations=1)
 SMALL_HOST = dict(BASE, mode="installed-host", parents=6, payload=3 * 65536 + 7, block=65536, num_lanes=2,
                   mask=3, generations=1)
-RAILS = [{"device": "mlx5_0", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}]
 
 
-def make_hosts(base):
-    from ansible_collections.orbite.qualification.plugins.module_utils import fake_sysfs
-
-    roots = {}
-    for index, (role, name) in enumerate((("source", "sim-a"), ("requester", "sim-b"))):
-        root = Path(base) / "hosts" / name
-        if not root.exists():
-            fake_sysfs.write_host(str(root), fake_sysfs.sim_host_spec(index, name))
-        roots[role] = str(root)
-    return roots
-
-
-def _case(role, profile, root, defects, observers, extra):
-    case = {"schema": "orbite.runner-case", "version": 1, "protocol": "orbite-installed-host-v4",
-            "run_id": "test-run", "role": role, "generation": 1, "profile": profile, "root": root,
-            "registration_id": f"reg-{role}", "observers": observers, "defects": list(defects)}
-    if profile.get("discovery") == "auto":
-        devices = [r["device"] for r in RAILS]
-        case["discovery"] = {"whitelist": devices, "blacklist": devices}
-    else:
-        case["rails"] = RAILS
-    if role == "source":
-        case["service_address"] = "127.0.0.1:0"
-    case.update(extra.get(role, {}))
-    return case
+def make_hosts():
+    """The two fake host roots, written once per process (see sim_harness.make_hosts)."""
+    source, requester = sim_harness.make_hosts()
+    return {"source": source, "requester": requester}
 
 
 def _save_inventory(root, path):
@@ -56,7 +39,7 @@ def _save_inventory(root, path):
     Path(path).write_text(json.dumps(sysfs_inventory.read_inventory(root), sort_keys=True))
 
 
-def run_pair(run_dir, case_id, profile, defects=(), timeout=120, extra=None):
+def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
     """Run source then requester, each as a child of a real lock supervisor on its fake host, the
     way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/)."""
     from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
@@ -65,7 +48,7 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120, extra=None):
     )
 
     run_dir = Path(run_dir)
-    roots = make_hosts(run_dir.parent)
+    roots = make_hosts()
     case_dir = run_dir / "cases" / case_id
     observers = ["accounting"] if profile["mode"] in ("installed-rail-accounting",) else []
     clients, children, ready = {}, {}, {}
@@ -77,9 +60,9 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120, extra=None):
             start_supervisor(str(sup_dir), f"{case_id}-{role}", [r["device"] for r in RAILS],
                              f"{roots[role]}/run/orbite/locks", root=roots[role], lease=timeout + 60)
             clients[role] = SupervisorClient(str(sup_dir))
-            case = _case(role, profile, roots[role], defects, observers if role == "requester" else [], extra or {})
-            if role == "requester":
-                case["peer_address"] = ready["service_address"]
+            role_extra = {"service_address": "127.0.0.1:0"} if role == "source" else {
+                "peer_address": ready["service_address"], "observers": observers}
+            case = sim_harness.base_case(profile, role, roots[role], defects, **role_extra)
             (out / "case.json").write_text(json.dumps(case))
             if profile.get("discovery") == "auto":
                 _save_inventory(roots[role], out / "inventory-before.json")
