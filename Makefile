@@ -10,7 +10,7 @@ COLL_LINK := .collections/ansible_collections/orbite/qualification
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system venv link demo test lint unit molecule compat build-collection bench clean
+.PHONY: setup system venv link demo test lint sanity integration unit molecule compat build-collection bench clean
 
 setup: system venv link
 
@@ -52,8 +52,16 @@ molecule: setup
 compat: setup
 	@bash scripts/compat.sh
 
+# ansible-test sanity on the built and installed collection (scripts/sanity.sh says what it installs).
+sanity: setup
+	@bash scripts/sanity.sh
+
+# ansible-test integration targets (tests/integration/targets) on the installed collection.
+integration: setup
+	@bash scripts/integration.sh
+
 # pytest last, so its summary line closes the output.
-test: lint molecule compat unit
+test: lint sanity integration molecule compat unit
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .

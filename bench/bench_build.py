@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.orbite.qualification.plugins.module_utils import artifact_build as ab  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._build import artifact as ab  # noqa: E402
 
 
 def git(repo, *args):

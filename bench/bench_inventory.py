@@ -18,9 +18,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
-from ansible_collections.orbite.qualification.plugins.module_utils import fake_sysfs  # noqa: E402
-from ansible_collections.orbite.qualification.plugins.module_utils import sysfs_inventory  # noqa: E402
-from ansible_collections.orbite.qualification.plugins.module_utils.inventory_compare import (  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs as sysfs_inventory  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory.compare import (  # noqa: E402
     diff_inventories,
 )
 

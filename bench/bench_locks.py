@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.orbite.qualification.plugins.module_utils import rnic_lock  # noqa: E402
-from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (  # noqa: E402
     SupervisorClient,
     start_supervisor,
 )

@@ -10,11 +10,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.orbite.qualification.plugins.module_utils.verdict import (  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import (  # noqa: E402
     RECEIPT_CODES,
     RECEIPT_MEANINGS,
 )
-from ansible_collections.orbite.qualification.plugins.module_utils.verifier_rules import RULES  # noqa: E402
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RULES  # noqa: E402
 
 BEGIN, END = "<!-- codes:begin -->", "<!-- codes:end -->"
 CASE_CODES = [

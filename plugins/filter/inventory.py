@@ -13,11 +13,11 @@ The rules are in docs/inventory.md.
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.orbite.qualification.plugins.module_utils.discovery_expect import (
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory.discovery import (
     DiscoveryExpectError,
     expectations,
 )
-from ansible_collections.orbite.qualification.plugins.module_utils.inventory_compare import (
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory.compare import (
     InventoryCompareError,
     diff_inventories,
 )

@@ -124,11 +124,12 @@ steps:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.artifact_build import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._build.artifact import (
     BuildRequest,
     build,
 )
-from ansible_collections.orbite.qualification.plugins.module_utils.installation_manifest import (
+from ansible_collections.orbite.qualification.plugins.module_utils._build.manifest import (
     InstallationError,
 )
 
@@ -150,7 +151,7 @@ def main():
         request = BuildRequest(**module.params)
         result = build(request, check_mode=module.check_mode)
     except InstallationError as error:
-        module.fail_json(msg=str(error))
+        fail_from(module, error)
     module.exit_json(**result)
 
 

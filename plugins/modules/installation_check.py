@@ -116,7 +116,8 @@ mismatches:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.installation_manifest import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._build.manifest import (
     InstallationError,
     check_controller,
     check_node,
@@ -173,11 +174,16 @@ def main():
                 probe=p["probe_protocol"],
             )
     except InstallationError as error:
-        module.fail_json(msg=str(error), checked=[], mismatches=[])
+        fail_from(module, error, checked=[], mismatches=[])
     if mismatches:
-        module.fail_json(
-            msg=f"installation does not match its manifest ({len(mismatches)} mismatch(es)): "
+        mismatch = OrbiteError(
+            f"installation does not match its manifest ({len(mismatches)} mismatch(es)): "
             + "; ".join(str(m) for m in mismatches),
+            code="installation.mismatch",
+        )
+        fail_from(
+            module,
+            mismatch,
             checked=checked,
             mismatches=[m.as_dict() for m in mismatches],
         )

@@ -62,7 +62,8 @@ identity:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.node_identity import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import (
     IdentityError,
     read_identity,
 )
@@ -73,7 +74,7 @@ def main():
     try:
         identity = read_identity(module.params["root"])
     except IdentityError as error:
-        module.fail_json(msg=f"node identity: {error}")
+        fail_from(module, error, prefix="node identity")
     module.exit_json(changed=False, identity=identity)
 
 

@@ -149,7 +149,8 @@ owner:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorAlreadyRunning,
     SupervisorClient,
     SupervisorError,
@@ -172,9 +173,13 @@ def _started(module, client, p, lock_dir):
     if status is not None:
         held = sorted(lk["rnic"] for lk in status["locks"])
         if held != sorted(p["locks"]):
-            module.fail_json(msg=f"a supervisor for run {p['run_id']} already runs holding {held}, not "
-                                 f"{sorted(p['locks'])}; stop it first", error="already_running",
-                             supervisor=status, run_dir=client.run_dir, journal=client.journal_path, running=True)
+            running = OrbiteError(
+                f"a supervisor for run {p['run_id']} already runs holding {held}, not {sorted(p['locks'])}; "
+                "stop it first",
+                code="supervisor.already_running",
+            )
+            fail_from(module, running, error="already_running", supervisor=status, run_dir=client.run_dir,
+                      journal=client.journal_path, running=True)
         return False, status
     if module.check_mode:
         return True, None
@@ -225,7 +230,7 @@ def main():
             except SupervisorNotRunning as exc:
                 result.update(running=False)
                 if state == "renewed":
-                    module.fail_json(msg=f"cannot renew the lease: {exc}", error="not_running", **result)
+                    fail_from(module, exc, prefix="cannot renew the lease", error="not_running", **result)
                 module.exit_json(**result)
             if state == "renewed" and not module.check_mode:
                 client.renew(p["lease"])
@@ -245,13 +250,13 @@ def main():
     except SupervisorStartError as exc:
         details = {k: v for k, v in exc.details.items() if k in ("owner", "rnic", "mismatch")}
         result.update(details, error=exc.code, running=False)
-        module.fail_json(msg=f"supervisor did not start: {exc}", **result)
+        fail_from(module, exc, prefix="supervisor did not start", **result)
     except SupervisorRequestError as exc:
         result.update(error=exc.code, running=True)
-        module.fail_json(msg=f"supervisor refused: {exc}", **result)
+        fail_from(module, exc, prefix="supervisor refused", **result)
     except SupervisorError as exc:
         result.update(error=type(exc).__name__)
-        module.fail_json(msg=str(exc), **result)
+        fail_from(module, exc, **result)
     module.exit_json(**result)
 
 

@@ -100,7 +100,8 @@ violations:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.profile import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._profile.model import (
     ProfileError,
     load_and_derive,
 )
@@ -116,8 +117,10 @@ def main():
     try:
         profile, workload = load_and_derive(profile=module.params["profile"], path=module.params["path"])
     except ProfileError as error:
-        module.fail_json(
-            msg=f"invalid qualification profile: {len(error.violations)} violation(s): {error}",
+        fail_from(
+            module,
+            error,
+            prefix=f"invalid qualification profile: {len(error.violations)} violation(s)",
             violations=[v.as_dict() for v in error.violations],
         )
     module.exit_json(changed=False, profile=profile, workload=workload)

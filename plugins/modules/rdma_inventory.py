@@ -107,7 +107,8 @@ save_to:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.sysfs_inventory import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory.sysfs import (
     InventoryError,
     read_inventory,
     render_inventory,
@@ -133,7 +134,7 @@ def main():
             changed = save_inventory(render_inventory(inventory), save_to, root=root, dry_run=module.check_mode)
             saved = {"path": save_to, "changed": changed, "written": changed and not module.check_mode}
     except InventoryError as error:
-        module.fail_json(msg=f"rdma_inventory: {error}")
+        fail_from(module, error, prefix="rdma_inventory")
     module.exit_json(changed=bool(saved and saved["changed"]), inventory=inventory, save_to=saved)
 
 

@@ -88,7 +88,8 @@ cases:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.verdict import report_paths, verify_run
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import report_paths, verify_run
 
 
 def main():
@@ -103,7 +104,12 @@ def main():
     )
     run_dir = module.params["run_dir"]
     if not os.path.isdir(run_dir):
-        module.fail_json(msg=f"run_dir={run_dir!r}: is not a directory (it must hold run.json and cases/)")
+        fail_from(
+            module,
+            OrbiteError(
+                f"run_dir={run_dir!r}: is not a directory (it must hold run.json and cases/)", code="run_dir.missing"
+            ),
+        )
     output_dir = module.params["output_dir"] or run_dir
     result = verify_run(run_dir, output_dir=output_dir, write=not module.check_mode,
                         expected_cases=module.params["cases"], partial=module.params["partial"])

@@ -68,7 +68,8 @@ run_json:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.run_plan import RunPlanError, write_plan
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
 
 
 def main():
@@ -89,9 +90,9 @@ def main():
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
                              defects=params["defects"])
     except RunPlanError as error:
-        module.fail_json(msg=str(error))
+        fail_from(module, error)
     except OSError as error:
-        module.fail_json(msg=f"run_dir={params['run_dir']}: cannot be written ({error})")
+        fail_from(module, error, prefix=f"run_dir={params['run_dir']}: cannot be written")
     module.exit_json(changed=changed, run_json=os.path.join(params["run_dir"], "run.json"))
 
 

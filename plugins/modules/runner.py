@@ -170,7 +170,8 @@ ledger:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.runner_launch import RunnerError, finish, start
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._run.launch import RunnerError, finish, start
 
 _STARTED_REQUIRES = ("runner_argv", "role", "run_id", "profile", "registration_id")
 
@@ -213,9 +214,9 @@ def main():
         else:
             result = finish(params)
     except RunnerError as error:
-        module.fail_json(msg=str(error), code=error.code, **error.details)
+        fail_from(module, error)
     except OSError as error:
-        module.fail_json(msg=f"runner {params['state']}: {error}", code="os_error")
+        fail_from(module, error, prefix=f"runner {params['state']}")
     module.exit_json(**result)
 
 

@@ -165,7 +165,8 @@ host:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.sim_host import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._sim.hosts import (
     KINDS,
     STATES,
     SimLabError,
@@ -201,7 +202,7 @@ def main():
         else:
             changed, host = ensure_absent(request, check_mode=module.check_mode)
     except SimLabError as error:
-        module.fail_json(msg=f"sim_host {module.params['name']}: {error}")
+        fail_from(module, error, prefix=f"sim_host {module.params['name']}")
     module.exit_json(changed=changed, host=host)
 
 

@@ -147,7 +147,8 @@ error:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorClient,
     SupervisorError,
     SupervisorRequestError,
@@ -202,10 +203,9 @@ def main():
                               timeout=p["timeout"])
         module.exit_json(changed=True, child=child)
     except SupervisorRequestError as exc:
-        module.fail_json(msg=f"supervisor refused {action}: {exc}", error=exc.code,
-                         child=exc.response.get("child"))
+        fail_from(module, exc, prefix=f"supervisor refused {action}", error=exc.code, child=exc.response.get("child"))
     except SupervisorError as exc:
-        module.fail_json(msg=f"{action}: {exc}", error=type(exc).__name__)
+        fail_from(module, exc, prefix=action, error=type(exc).__name__)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def make_hosts():
 
 
 def _save_inventory(root, path):
-    from ansible_collections.orbite.qualification.plugins.module_utils import sysfs_inventory
+    from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs as sysfs_inventory
 
     Path(path).write_text(json.dumps(sysfs_inventory.read_inventory(root), sort_keys=True))
 
@@ -42,7 +42,7 @@ def _save_inventory(root, path):
 def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
     """Run source then requester, each as a child of a real lock supervisor on its fake host, the
     way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/)."""
-    from ansible_collections.orbite.qualification.plugins.module_utils.supervisor_client import (
+    from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
         SupervisorClient,
         start_supervisor,
     )

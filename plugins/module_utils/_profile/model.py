@@ -1,0 +1,632 @@
+# Copyright: OrbiTE qualification contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The qualification profile model: parse, validate against the gate's rules, derive the workload.
+
+One job: turn a profile (dict, JSON or YAML text, or a file) into a normalized profile plus the
+workload the gate must see, or into *every* rule it breaks. Each broken rule is a ``Violation``
+naming the field, the value and the rule, with a stable ``code`` that tests and docs refer to.
+Any exception other than ``ProfileError`` escaping this module is a bug.
+
+Stdlib only (PyYAML is used when present for YAML text), Python >= 3.9.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+
+PROTOCOL = "orbite-installed-host-v4"
+
+KIB = 1 << 10
+MIB = 1 << 20
+
+# Gate-wide bounds (seed 000, "Run the two-host profile").
+MAX_BACKING_PER_PEER = 256 * MIB
+MIN_PARENTS, MAX_PARENTS = 1, 32
+MIN_PAYLOAD, MAX_PAYLOAD = 1, 32 * MIB
+MIN_LANES, MAX_LANES = 1, 3
+RAIL_COUNT = 2
+VALID_MASKS = (1, 2, 3)
+
+# Guard bytes on *each* side of every destination region; they count towards the backing bound.
+GUARD_BYTES = 4 * KIB
+
+# This design's reading of "only installed-inflight-dma allows blocks up to 16 MiB": every other
+# mode caps the block at 1 MiB.
+DEFAULT_MAX_BLOCK = 1 * MIB
+INFLIGHT_MAX_BLOCK = 16 * MIB
+
+ROUNDS_PER_GENERATION = 3
+SEND_QUEUE_DEPTH = 8  # payload WRs in flight per QP, at most
+
+# Frozen rail-accounting profile (seed 000, "Physical rail accounting").
+RAIL_ACCOUNTING_PARENTS = 16
+RAIL_ACCOUNTING_PAYLOAD = 4194305
+RAIL_ACCOUNTING_BLOCK = 1 * MIB
+RAIL_ACCOUNTING_MIN_OUTSTANDING_PER_RAIL_QP = 2
+
+LOST_COMPLETION_PAYLOAD = 1 * MIB
+LOST_COMPLETION_SHAPES = ((8, 1), (16, 3))  # (parents, num_lanes)
+
+MODES = (
+    "installed-host",
+    "installed-rail-accounting",
+    "installed-restart",
+    "installed-interruption",
+    "installed-lost-completion",
+    "installed-cleanup-failure",
+    "installed-inflight-dma",
+    "installed-memory-cleanup",
+)
+OPERATIONS = ("read", "write")
+KINDS = ("cpu",)
+TRANSPORTS = ("rdma",)
+FAULT_ROLES = ("source", "requester")
+CLEANUP_FAILURE_KINDS = ("qp", "cq", "channel", "pd")
+MEMORY_CLEANUP_KINDS = ("mr", "mw")
+
+# Which native observer each mode loads, and into which role's runner.
+_OBSERVERS = {
+    "installed-rail-accounting": ("accounting", "requester"),
+    "installed-lost-completion": ("cq_fault", "requester"),
+    "installed-cleanup-failure": ("uverbs_fault", "requester"),
+    "installed-inflight-dma": ("accounting", "requester"),
+    "installed-memory-cleanup": ("uverbs_fault", "fault_role"),
+}
+
+REQUIRED_FIELDS = (
+    "source",
+    "requester",
+    "source_kind",
+    "requester_kind",
+    "transport",
+    "mode",
+    "operation",
+    "rdma_events",
+    "parents",
+    "payload",
+    "block",
+    "num_lanes",
+    "mask",
+)
+OPTIONAL_FIELDS = ("discovery", "fault_role", "generations", "cleanup_kind")
+KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+INT_FIELDS = ("parents", "payload", "block", "num_lanes", "mask", "generations")
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: ``code`` is stable, ``message`` names field, value and rule."""
+
+    code: str
+    field: str
+    value: object
+    rule: str
+
+    @property
+    def message(self) -> str:
+        shown = "(absent)" if self.value is None else f"= {self.value!r}"
+        return f"{self.field} {shown}: {self.rule} [{self.code}]"
+
+    def as_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "field": self.field,
+            "value": _jsonable(self.value),
+            "rule": self.rule,
+            "message": self.message,
+        }
+
+
+class ProfileError(OrbiteError):
+    """The profile breaks one or more rules; ``violations`` lists every one of them."""
+
+    code = "profile.invalid"
+
+    def __init__(self, violations):
+        self.violations = list(violations)
+        super().__init__("; ".join(v.message for v in self.violations))
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def parse_profile_text(text: str, origin: str = "profile") -> dict:
+    """Parse JSON (or YAML when PyYAML is present) text into a mapping."""
+    try:
+        data = json.loads(text)
+    except ValueError as json_error:
+        try:
+            import yaml  # noqa: PLC0415 - optional: nodes and minimal controllers may lack it
+        except ImportError:
+            raise ProfileError(
+                [Violation("profile.syntax", origin, _short(text), f"is not valid JSON ({json_error})")]
+            ) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as yaml_error:
+            first = str(yaml_error).splitlines()[0] if str(yaml_error) else "syntax error"
+            raise ProfileError(
+                [Violation("profile.syntax", origin, _short(text), f"is neither JSON nor YAML ({first})")]
+            ) from None
+    if not isinstance(data, dict):
+        raise ProfileError([Violation("profile.type", origin, _short(data), "must be a mapping of profile fields")])
+    return data
+
+
+def load_profile_file(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProfileError([Violation("profile.file", "path", path, f"cannot be read ({error})")]) from None
+    return parse_profile_text(text, origin=path)
+
+
+def _short(value, limit: int = 80):
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# Casting (survey values arrive as strings)
+
+
+def _cast_int(field, value, violations):
+    if isinstance(value, bool):
+        violations.append(Violation(f"{field}.type", field, value, "must be an integer, not a boolean"))
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    violations.append(Violation(f"{field}.type", field, value, "must be an integer"))
+    return None
+
+
+def _cast_bool(field, value, violations):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    violations.append(Violation(f"{field}.type", field, value, "must be a boolean (true or false)"))
+    return None
+
+
+def _cast_str(field, value, violations):
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    violations.append(Violation(f"{field}.type", field, value, "must be a non-empty string"))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate_profile(raw) -> dict:
+    """Return the normalized profile, or raise ProfileError listing every violation."""
+    if not isinstance(raw, dict):
+        raise ProfileError([Violation("profile.type", "profile", _short(raw), "must be a mapping of profile fields")])
+    violations: list = []
+    profile: dict = {}
+    for key in sorted(raw, key=str):
+        if key not in KNOWN_FIELDS:
+            violations.append(
+                Violation(
+                    "profile.unknown_field",
+                    str(key),
+                    raw[key],
+                    f"is not a profile field (known: {', '.join(KNOWN_FIELDS)})",
+                )
+            )
+    for field in REQUIRED_FIELDS:
+        if field not in raw or raw[field] is None:
+            violations.append(Violation(f"{field}.missing", field, None, "is required"))
+    for field in KNOWN_FIELDS:
+        if field not in raw or raw[field] is None:
+            continue
+        value = raw[field]
+        if field in INT_FIELDS:
+            cast = _cast_int(field, value, violations)
+        elif field == "rdma_events":
+            cast = _cast_bool(field, value, violations)
+        else:
+            cast = _cast_str(field, value, violations)
+        if cast is not None:
+            profile[field] = cast
+
+    _check_enums(profile, violations)
+    _check_gate_bounds(profile, violations)
+    mode = profile.get("mode")
+    if mode in _MODE_RULES:
+        _apply_defaults(mode, profile)
+        _MODE_RULES[mode](profile, violations)
+    if violations:
+        raise ProfileError(violations)
+    return {field: profile[field] for field in KNOWN_FIELDS if field in profile}
+
+
+def _check_enums(p, violations):
+    enums = (
+        ("source_kind", KINDS, "source_kind.value"),
+        ("requester_kind", KINDS, "requester_kind.value"),
+        ("transport", TRANSPORTS, "transport.value"),
+        ("mode", MODES, "mode.value"),
+        ("operation", OPERATIONS, "operation.value"),
+    )
+    for field, allowed, code in enums:
+        if field in p and p[field] not in allowed:
+            violations.append(Violation(code, field, p[field], f"must be one of {', '.join(allowed)}"))
+            del p[field]
+    if "source" in p and "requester" in p and p["source"] == p["requester"]:
+        violations.append(
+            Violation(
+                "requester.distinct", "requester", p["requester"], "must name a different inventory host than source"
+            )
+        )
+
+
+def _range(p, violations, field, low, high, code, why):
+    if field in p and not low <= p[field] <= high:
+        violations.append(Violation(code, field, p[field], f"must be between {low} and {high} ({why})"))
+        return False
+    return field in p
+
+
+def _check_gate_bounds(p, violations):
+    parents_ok = _range(p, violations, "parents", MIN_PARENTS, MAX_PARENTS, "parents.range", "gate bound")
+    payload_ok = _range(
+        p, violations, "payload", MIN_PAYLOAD, MAX_PAYLOAD, "payload.range", "gate bound: 1 byte to 32 MiB per parent"
+    )
+    _range(
+        p,
+        violations,
+        "num_lanes",
+        MIN_LANES,
+        MAX_LANES,
+        "num_lanes.range",
+        "gate bound: QPs per peer/context/operation",
+    )
+    if "block" in p and p["block"] < 1:
+        violations.append(Violation("block.range", "block", p["block"], "must be at least 1 byte"))
+    if "mask" in p and p["mask"] not in VALID_MASKS:
+        violations.append(
+            Violation("mask.range", "mask", p["mask"], "must be 1, 2 or 3 (bit i enables rail i; two rails)")
+        )
+    if parents_ok and payload_ok:
+        backing = backing_per_peer(p["parents"], p["payload"])
+        if backing > MAX_BACKING_PER_PEER:
+            violations.append(
+                Violation(
+                    "backing.range",
+                    "parents*payload",
+                    f"{p['parents']}*{p['payload']}",
+                    f"backing per peer {backing} B (parents x (payload + 2 x {GUARD_BYTES} B guards)) "
+                    f"exceeds the gate bound of {MAX_BACKING_PER_PEER} B",
+                )
+            )
+
+
+def _apply_defaults(mode, p):
+    if mode in ("installed-host", "installed-rail-accounting", "installed-inflight-dma", "installed-memory-cleanup"):
+        p.setdefault("generations", 1)
+    if mode == "installed-cleanup-failure":
+        p.setdefault("generations", 2)
+        p.setdefault("cleanup_kind", "qp")
+
+
+# Small rule helpers: each appends one violation with a mode-scoped code.
+
+
+def _code(mode, field, rule):
+    return f"{mode.replace('installed-', '')}.{field}.{rule}"
+
+
+def _forbid(mode, p, violations, field):
+    if field in p:
+        violations.append(Violation(_code(mode, field, "forbidden"), field, p[field], f"is not allowed in mode {mode}"))
+
+
+def _require(mode, p, violations, field):
+    if field not in p:
+        violations.append(Violation(_code(mode, field, "required"), field, None, f"is required in mode {mode}"))
+        return False
+    return True
+
+
+def _one_of(mode, p, violations, field, allowed, why=""):
+    if field in p and p[field] not in allowed:
+        shown = ", ".join(str(a) for a in allowed)
+        violations.append(
+            Violation(_code(mode, field, "value"), field, p[field], f"must be {shown} in mode {mode}{why}")
+        )
+
+
+def _block_cap(mode, p, violations, cap):
+    if "block" in p and p["block"] > cap:
+        violations.append(
+            Violation(_code(mode, "block", "cap"), "block", p["block"], f"must be at most {cap} B in mode {mode}")
+        )
+
+
+def _payload_within_block(mode, p, violations):
+    if "payload" in p and "block" in p and p["payload"] > p["block"]:
+        violations.append(
+            Violation(
+                _code(mode, "payload", "one_slice"),
+                "payload",
+                p["payload"],
+                f"must be <= block ({p['block']}) in mode {mode}: one slice per parent",
+            )
+        )
+
+
+def _single_generation(mode, p, violations):
+    _one_of(mode, p, violations, "generations", (1,))
+
+
+def _fault_generations(mode, p, violations):
+    if _require(mode, p, violations, "generations"):
+        _one_of(mode, p, violations, "generations", (2, 3))
+    if _require(mode, p, violations, "fault_role"):
+        _one_of(mode, p, violations, "fault_role", FAULT_ROLES)
+
+
+def _rules_installed_host(p, v):
+    mode = "installed-host"
+    _single_generation(mode, p, v)
+    for field in ("fault_role", "cleanup_kind", "discovery"):
+        _forbid(mode, p, v, field)
+    _block_cap(mode, p, v, DEFAULT_MAX_BLOCK)
+
+
+def _rules_rail_accounting(p, v):
+    mode = "installed-rail-accounting"
+    _single_generation(mode, p, v)
+    for field in ("fault_role", "cleanup_kind"):
+        _forbid(mode, p, v, field)
+    _one_of(mode, p, v, "parents", (RAIL_ACCOUNTING_PARENTS,), " (frozen profile)")
+    _one_of(mode, p, v, "payload", (RAIL_ACCOUNTING_PAYLOAD,), " (frozen profile)")
+    _one_of(mode, p, v, "block", (RAIL_ACCOUNTING_BLOCK,), " (frozen profile)")
+    _one_of(mode, p, v, "num_lanes", (1,), " (frozen profile)")
+    _one_of(mode, p, v, "mask", (3,), " (both rails)")
+    _one_of(mode, p, v, "discovery", ("auto",))
+
+
+def _rules_restart(p, v):
+    mode = "installed-restart"
+    _fault_generations(mode, p, v)
+    for field in ("cleanup_kind", "discovery"):
+        _forbid(mode, p, v, field)
+    _block_cap(mode, p, v, DEFAULT_MAX_BLOCK)
+
+
+def _rules_interruption(p, v):
+    mode = "installed-interruption"
+    _fault_generations(mode, p, v)
+    for field in ("cleanup_kind", "discovery"):
+        _forbid(mode, p, v, field)
+    _block_cap(mode, p, v, DEFAULT_MAX_BLOCK)
+    _payload_within_block(mode, p, v)
+
+
+def _rules_lost_completion(p, v):
+    mode = "installed-lost-completion"
+    _fault_generations(mode, p, v)
+    for field in ("cleanup_kind", "discovery"):
+        _forbid(mode, p, v, field)
+    _block_cap(mode, p, v, DEFAULT_MAX_BLOCK)
+    _payload_within_block(mode, p, v)
+    _one_of(mode, p, v, "payload", (LOST_COMPLETION_PAYLOAD,))
+    _one_of(mode, p, v, "mask", (3,), " (both rails)")
+    if "parents" in p and "num_lanes" in p and (p["parents"], p["num_lanes"]) not in LOST_COMPLETION_SHAPES:
+        v.append(
+            Violation(
+                _code(mode, "parents", "shape"),
+                "parents,num_lanes",
+                f"{p['parents']},{p['num_lanes']}",
+                f"must be 8 parents with 1 lane or 16 parents with 3 lanes in mode {mode}",
+            )
+        )
+
+
+def _rules_cleanup_failure(p, v):
+    mode = "installed-cleanup-failure"
+    _one_of(mode, p, v, "generations", (2,))
+    _one_of(mode, p, v, "fault_role", ("requester",))
+    _require(mode, p, v, "fault_role")
+    _forbid(mode, p, v, "discovery")
+    _one_of(mode, p, v, "parents", (1,))
+    _one_of(mode, p, v, "num_lanes", (1,))
+    _one_of(mode, p, v, "mask", (1, 2), " (one rail)")
+    _block_cap(mode, p, v, DEFAULT_MAX_BLOCK)
+    _payload_within_block(mode, p, v)
+    _one_of(mode, p, v, "cleanup_kind", CLEANUP_FAILURE_KINDS)
+    if p.get("cleanup_kind") == "channel" and p.get("rdma_events") is False:
+        v.append(
+            Violation(
+                _code(mode, "rdma_events", "channel"),
+                "rdma_events",
+                False,
+                "must be true when cleanup_kind is channel (channel failure needs event progress)",
+            )
+        )
+
+
+def _rules_inflight_dma(p, v):
+    mode = "installed-inflight-dma"
+    _single_generation(mode, p, v)
+    for field in ("fault_role", "cleanup_kind", "discovery"):
+        _forbid(mode, p, v, field)
+    _one_of(mode, p, v, "parents", (1,))
+    _one_of(mode, p, v, "num_lanes", (1,))
+    _one_of(mode, p, v, "mask", (1, 2), " (one rail)")
+    _block_cap(mode, p, v, INFLIGHT_MAX_BLOCK)
+    if "payload" in p and "block" in p and p["payload"] != p["block"]:
+        v.append(
+            Violation(
+                _code(mode, "payload", "equals_block"),
+                "payload",
+                p["payload"],
+                f"must equal block ({p['block']}) in mode {mode}: exactly one WR",
+            )
+        )
+
+
+def _rules_memory_cleanup(p, v):
+    mode = "installed-memory-cleanup"
+    _single_generation(mode, p, v)
+    _forbid(mode, p, v, "discovery")
+    _one_of(mode, p, v, "parents", (1,))
+    _one_of(mode, p, v, "num_lanes", (1,))
+    _one_of(mode, p, v, "mask", (1, 2), " (one rail)")
+    _block_cap(mode, p, v, DEFAULT_MAX_BLOCK)
+    _payload_within_block(mode, p, v)
+    if _require(mode, p, v, "cleanup_kind"):
+        _one_of(mode, p, v, "cleanup_kind", MEMORY_CLEANUP_KINDS)
+    if _require(mode, p, v, "fault_role"):
+        if p.get("cleanup_kind") == "mw":
+            _one_of(mode, p, v, "fault_role", ("source",), " (a MW failure is the source's)")
+        else:
+            _one_of(mode, p, v, "fault_role", FAULT_ROLES)
+
+
+_MODE_RULES = {
+    "installed-host": _rules_installed_host,
+    "installed-rail-accounting": _rules_rail_accounting,
+    "installed-restart": _rules_restart,
+    "installed-interruption": _rules_interruption,
+    "installed-lost-completion": _rules_lost_completion,
+    "installed-cleanup-failure": _rules_cleanup_failure,
+    "installed-inflight-dma": _rules_inflight_dma,
+    "installed-memory-cleanup": _rules_memory_cleanup,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Workload derivation
+
+
+def backing_per_peer(parents: int, payload: int) -> int:
+    return parents * (payload + 2 * GUARD_BYTES)
+
+
+def slice_sizes(payload: int, block: int) -> list:
+    """A parent is cut into max(1, payload // block) slices; the last takes the rest."""
+    count = max(1, payload // block)
+    return [block] * (count - 1) + [payload - block * (count - 1)]
+
+
+def enabled_rails(mask: int) -> list:
+    return [rail for rail in range(RAIL_COUNT) if mask & (1 << rail)]
+
+
+def parent_placement(parents: int, mask: int, num_lanes: int) -> list:
+    """Reference placement: parent p on rail rails[p % R], lane (p // R) % lanes.
+
+    It is the gate's *expected* spread used for per-rail/per-lane figures; a runner may place
+    parents differently as long as every enabled rail carries payload.
+    """
+    rails = enabled_rails(mask)
+    return [{"parent": p, "rail": rails[p % len(rails)], "lane": (p // len(rails)) % num_lanes} for p in range(parents)]
+
+
+def derive_workload(profile: dict) -> dict:
+    """Expected workload of a *validated* profile (see validate_profile)."""
+    payload, block = profile["payload"], profile["block"]
+    parents, lanes, mask = profile["parents"], profile["num_lanes"], profile["mask"]
+    sizes = slice_sizes(payload, block)
+    rails = enabled_rails(mask)
+    placement = parent_placement(parents, mask, lanes)
+
+    per_rail = {str(r): {"parents": 0, "wrs": 0, "bytes": 0} for r in rails}
+    per_lane = {}
+    for entry in placement:
+        rail_figures = per_rail[str(entry["rail"])]
+        rail_figures["parents"] += 1
+        rail_figures["wrs"] += len(sizes)
+        rail_figures["bytes"] += payload
+        key = f"{entry['rail']}/{entry['lane']}"
+        lane_figures = per_lane.setdefault(
+            key, {"rail": entry["rail"], "lane": entry["lane"], "parents": 0, "wrs": 0, "bytes": 0}
+        )
+        lane_figures["parents"] += 1
+        lane_figures["wrs"] += len(sizes)
+        lane_figures["bytes"] += payload
+
+    generations = profile.get("generations", 1)
+    observers = []
+    if profile["mode"] in _OBSERVERS:
+        tool, role = _OBSERVERS[profile["mode"]]
+        observers.append({"tool": tool, "role": profile["fault_role"] if role == "fault_role" else role})
+
+    workload = {
+        "protocol": PROTOCOL,
+        "mode": profile["mode"],
+        "operation": profile["operation"],
+        "progress": "events" if profile["rdma_events"] else "polling",
+        "slices_per_parent": len(sizes),
+        "slice_sizes": _compress(sizes),
+        "wrs_per_round": parents * len(sizes),
+        "bytes_per_round": parents * payload,
+        "rails": rails,
+        "per_rail": per_rail,
+        "per_lane": [per_lane[k] for k in sorted(per_lane)],
+        "guard_bytes": GUARD_BYTES,
+        "backing_per_peer": backing_per_peer(parents, payload),
+        "rounds_per_generation": ROUNDS_PER_GENERATION,
+        "generations": generations,
+        "total_rounds": ROUNDS_PER_GENERATION * generations,
+        "qps_per_context_operation": lanes,
+        "qp_bound_per_peer_operation": len(rails) * lanes,
+        "new_qps_per_generation_max": len(rails) * lanes,
+        "send_queue_depth": SEND_QUEUE_DEPTH,
+        "persistent_mr_contexts": RAIL_COUNT,
+        "observers": observers,
+        "discovery": profile.get("discovery"),
+    }
+    if profile["mode"] == "installed-rail-accounting":
+        workload["min_outstanding_parents_per_rail_qp"] = RAIL_ACCOUNTING_MIN_OUTSTANDING_PER_RAIL_QP
+    return workload
+
+
+def _compress(sizes):
+    """[1 MiB, 1 MiB, 1 MiB, 1 MiB + 1] -> [{"bytes": 1048576, "count": 3}, {"bytes": 1048577, "count": 1}]."""
+    runs = []
+    for size in sizes:
+        if runs and runs[-1]["bytes"] == size:
+            runs[-1]["count"] += 1
+        else:
+            runs.append({"bytes": size, "count": 1})
+    return runs
+
+
+def load_and_derive(profile=None, path=None):
+    """Entry point for modules: a dict, JSON/YAML text, or a file path -> (normalized, workload)."""
+    if path is not None:
+        raw = load_profile_file(path)
+    elif isinstance(profile, str):
+        raw = parse_profile_text(profile)
+    else:
+        raw = profile
+    normalized = validate_profile(raw)
+    return normalized, derive_workload(normalized)

@@ -1,0 +1,196 @@
+"""The simulated lab through ansible-playbook: local lab with inventories/sim, namespaced lab over SSH.
+
+Red checks (disable the behaviour, exactly the named test fails):
+- role absent.yml's `default([])` on the recorded hosts: test_local_lab_create_use_destroy (second destroy);
+- inventory.yml.j2 `ansible_ssh_host_key_checking: true`: test_namespaced_lab_over_ssh (swapped keys
+  would connect, since ansible.cfg's host_key_checking=False adds StrictHostKeyChecking=no first);
+- _namespace.SETUP_SCRIPT's boot ID / sys / run/orbite binds and the PID namespace: the matching
+  assertions of test_namespaced_lab_over_ssh.
+"""
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from helpers.paths import FIXTURES
+
+from ansible_collections.orbite.qualification.plugins.module_utils._sim import namespace as ns
+
+BIN = Path(sys.executable).parent
+PROBE = FIXTURES / "sim_lab" / "probe.yml"
+
+
+def _run(cmd, repo_root, env, timeout=120):
+    result = subprocess.run(cmd, cwd=repo_root, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return result
+
+
+def _lab(repo_root, env, **lab_vars):
+    cmd = [str(BIN / "ansible-playbook"), str(repo_root / "playbooks" / "sim_lab.yml"), "-e", json.dumps(lab_vars)]
+    return _run(cmd, repo_root, env)
+
+
+def _changed(result):
+    match = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", result.stdout)
+    assert match, result.stdout + result.stderr
+    return int(match.group(1))
+
+
+def _probe(repo_root, env, inventory, out, **extra):
+    out.mkdir(exist_ok=True)
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(PROBE),
+        "-e",
+        json.dumps({"probe_out": str(out), **extra}),
+    ]
+    result = _run(cmd, repo_root, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+
+
+def test_local_lab_create_use_destroy(repo_root, ansible_env, tmp_path):
+    lab = tmp_path / "lab"
+    # The host list as an AWX survey sends it (one string); then as a list: the same lab.
+    created = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_hosts="sim-a, sim-b")
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert _changed(created) > 0
+    again = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_hosts=["sim-a", "sim-b"])
+    assert _changed(again) == 0
+
+    # Modules read each host of inventories/sim through its root.
+    shown = _probe(repo_root, ansible_env, repo_root / "inventories" / "sim", tmp_path / "probe", sim_lab_dir=str(lab))
+    assert sorted(shown) == ["sim-a", "sim-b"]
+    for name, facts in shown.items():
+        assert facts["identity"]["hostname"] == name
+        assert facts["identity"]["root"] == str(lab / name)
+        assert facts["identity"]["boot_id"] == (lab / name / "proc/sys/kernel/random/boot_id").read_text().strip()
+    assert shown["sim-a"]["identity"]["boot_id"] != shown["sim-b"]["identity"]["boot_id"]
+
+    destroyed = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_state="absent")
+    assert _changed(destroyed) > 0
+    assert not lab.exists()
+    again = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_state="absent")
+    assert _changed(again) == 0
+
+
+def test_bad_lab_request_fails_clearly(repo_root, ansible_env, tmp_path):
+    result = _lab(repo_root, ansible_env, sim_lab_dir=str(tmp_path / "lab"), sim_lab_hosts=["sim-a", "Bad/Name"])
+    assert result.returncode != 0
+    assert "name='Bad/Name': must be one lower-case DNS label" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def _free_port_pair():
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        try:
+            ns.check_port_free("127.0.0.1", port)
+            ns.check_port_free("127.0.0.1", port + 1)
+        except ns.NamespaceError:
+            continue
+        return port
+    raise AssertionError("no two consecutive free ports on 127.0.0.1")
+
+
+def _needs_namespaces():
+    if os.geteuid() != 0:
+        pytest.skip("namespaced hosts need root (mount, UTS and PID namespaces)")
+    for tool in ("unshare", "/usr/sbin/sshd", "ssh", "ssh-keygen"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} is missing (scripts/setup-system.sh installs openssh-server and openssh-client)")
+
+
+def _records(lab):
+    return {p.stem: json.loads(p.read_text()) for p in (lab / ".lab" / "hosts").glob("*.json")}
+
+
+def _cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
+    _needs_namespaces()
+    lab = tmp_path / "lab"
+    base = _free_port_pair()
+    lab_vars = {"sim_lab_dir": str(lab), "sim_lab_kind": "namespaced", "sim_lab_ssh_port_base": str(base)}
+    # A private control-path dir: a multiplexed connection must not bypass the host-key check.
+    control = tempfile.mkdtemp(prefix="cp", dir="/tmp")
+    env = {**ansible_env, "ANSIBLE_SSH_CONTROL_PATH_DIR": control}
+    try:
+        created = _lab(repo_root, env, **lab_vars)
+        assert created.returncode == 0, created.stdout + created.stderr
+        inventory = lab / "inventory.yml"
+        records = _records(lab)
+        assert sorted(records) == ["sim-a", "sim-b"]
+
+        # Strict host-key checking: with the two pinned keys swapped, neither host is reachable.
+        known = (lab / ".lab/ssh/known_hosts").read_text().splitlines()
+        swapped = [f"{a.split()[0]} {' '.join(b.split()[1:])}" for a, b in zip(known, reversed(known))]
+        (tmp_path / "swapped_known_hosts").write_text("\n".join(swapped) + "\n")
+        (tmp_path / "swapped.yml").write_text(
+            inventory.read_text().replace(str(lab / ".lab/ssh/known_hosts"), str(tmp_path / "swapped_known_hosts"))
+        )
+        refused = _run(
+            [str(BIN / "ansible"), "-i", str(tmp_path / "swapped.yml"), "sim", "-m", "ansible.builtin.ping"],
+            repo_root,
+            env,
+        )
+        assert refused.returncode != 0
+        assert refused.stdout.count("UNREACHABLE") == 2, refused.stdout
+        assert "Host key verification failed" in refused.stdout + refused.stderr
+
+        shown = _probe(repo_root, env, inventory, tmp_path / "probe")
+        assert sorted(shown) == ["sim-a", "sim-b"]
+        machine_boot_id = ns.machine_boot_id()
+        for index, name in enumerate(("sim-a", "sim-b")):
+            identity, paths = shown[name]["identity"], shown[name]["paths"]
+            boot_id, hostname, infiniband, gid, lock_mode = paths
+            # UTS hostname and the bind-mounted boot ID, as node_identity (root: /) sees them.
+            assert identity["root"] == "/" and identity["hostname"] == hostname == name
+            assert boot_id == identity["boot_id"] != machine_boot_id
+            assert boot_id == (lab / name / "proc/sys/kernel/random/boot_id").read_text().strip()
+            # The host's own /sys tree.
+            assert infiniband.split() == ["mlx5_0", "mlx5_1"]
+            assert ipaddress.IPv6Address(gid).ipv4_mapped == ipaddress.IPv4Address(f"198.51.100.{10 + 2 * index}")
+            # Its own private lock dir, which is the lab's <host>/run/orbite/locks.
+            assert lock_mode == "700"
+            assert sorted(os.listdir(lab / name / "run/orbite/locks")) == [f"probe-{name}"]
+        assert shown["sim-a"]["identity"]["boot_id"] != shown["sim-b"]["identity"]["boot_id"]
+
+        # Every process of each host, found by its mount namespace, including the daemonized one.
+        started = []
+        for record in records.values():
+            inside = ns.processes_in_mount_namespace(record["processes"]["mount_namespace"])
+            assert any(_cmdline(p["pid"]) == "sleep 600" for p in inside), [_cmdline(p["pid"]) for p in inside]
+            assert record["processes"]["holder"] in inside and record["processes"]["init"] in inside
+            started += inside
+
+        destroyed = _lab(repo_root, env, **lab_vars, sim_lab_state="absent")
+        assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+        left = [(p["pid"], _cmdline(p["pid"])) for p in started if ns.identity_alive(p)]
+        assert left == []
+        assert not lab.exists()
+        assert os.listdir(control) == []  # no multiplexing master outlived its host
+    finally:
+        if (lab / ".lab" / "hosts").is_dir():  # a failed run must not leave namespaces behind
+            for record in _records(lab).values():
+                ns.stop_host(record.get("processes"))
+        shutil.rmtree(control, ignore_errors=True)

@@ -1,0 +1,360 @@
+"""Profile model: seed workloads, one red check per rule of every mode, and fuzzing."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model as pm
+
+MIB = 1 << 20
+
+BASE = {
+    "source": "a", "requester": "b", "source_kind": "cpu", "requester_kind": "cpu",
+    "transport": "rdma", "operation": "read", "rdma_events": False,
+}
+
+# One valid profile per mode; each red check below breaks exactly one rule of one of them.
+VALID = {
+    "installed-host": dict(BASE, mode="installed-host", parents=16, payload=6291457, block=MIB,
+                           num_lanes=3, mask=3),
+    "installed-rail-accounting": dict(BASE, mode="installed-rail-accounting", parents=16,
+                                      payload=4194305, block=MIB, num_lanes=1, mask=3),
+    "installed-restart": dict(BASE, mode="installed-restart", parents=4, payload=3 * MIB, block=MIB,
+                              num_lanes=2, mask=3, fault_role="source", generations=2),
+    "installed-interruption": dict(BASE, mode="installed-interruption", parents=8, payload=65536,
+                                   block=MIB, num_lanes=1, mask=3, fault_role="requester", generations=3),
+    "installed-lost-completion": dict(BASE, mode="installed-lost-completion", parents=8, payload=MIB,
+                                      block=MIB, num_lanes=1, mask=3, fault_role="requester",
+                                      generations=2),
+    "installed-cleanup-failure": dict(BASE, mode="installed-cleanup-failure", parents=1, payload=65536,
+                                      block=MIB, num_lanes=1, mask=1, fault_role="requester",
+                                      generations=2, cleanup_kind="qp"),
+    "installed-inflight-dma": dict(BASE, mode="installed-inflight-dma", parents=1, payload=4 * MIB,
+                                   block=4 * MIB, num_lanes=1, mask=1),
+    "installed-memory-cleanup": dict(BASE, mode="installed-memory-cleanup", parents=1, payload=65536,
+                                     block=65536, num_lanes=1, mask=2, fault_role="requester",
+                                     cleanup_kind="mr"),
+}
+
+DROP = object()
+
+# (mode, changes, expected code). A DROP value removes the field.
+RED_CHECKS = [
+    # gate-wide fields, types and bounds (checked on the installed-host profile)
+    ("installed-host", {"surprise": 1}, "profile.unknown_field"),
+    ("installed-host", {"source": DROP}, "source.missing"),
+    ("installed-host", {"requester": DROP}, "requester.missing"),
+    ("installed-host", {"source_kind": DROP}, "source_kind.missing"),
+    ("installed-host", {"requester_kind": DROP}, "requester_kind.missing"),
+    ("installed-host", {"transport": DROP}, "transport.missing"),
+    ("installed-host", {"mode": DROP}, "mode.missing"),
+    ("installed-host", {"operation": DROP}, "operation.missing"),
+    ("installed-host", {"rdma_events": DROP}, "rdma_events.missing"),
+    ("installed-host", {"parents": DROP}, "parents.missing"),
+    ("installed-host", {"payload": DROP}, "payload.missing"),
+    ("installed-host", {"block": DROP}, "block.missing"),
+    ("installed-host", {"num_lanes": DROP}, "num_lanes.missing"),
+    ("installed-host", {"mask": DROP}, "mask.missing"),
+    ("installed-host", {"source": ""}, "source.type"),
+    ("installed-host", {"requester": 7}, "requester.type"),
+    ("installed-host", {"parents": "many"}, "parents.type"),
+    ("installed-host", {"parents": True}, "parents.type"),
+    ("installed-host", {"payload": 1.5}, "payload.type"),
+    ("installed-host", {"rdma_events": "maybe"}, "rdma_events.type"),
+    ("installed-host", {"source_kind": "gpu"}, "source_kind.value"),
+    ("installed-host", {"requester_kind": "cuda"}, "requester_kind.value"),
+    ("installed-host", {"transport": "tcp"}, "transport.value"),
+    ("installed-host", {"mode": "installed-everything"}, "mode.value"),
+    ("installed-host", {"operation": "send"}, "operation.value"),
+    ("installed-host", {"requester": "a"}, "requester.distinct"),
+    ("installed-host", {"parents": 0}, "parents.range"),
+    ("installed-host", {"parents": 33}, "parents.range"),
+    ("installed-host", {"payload": 0, "parents": 1}, "payload.range"),
+    ("installed-host", {"payload": 32 * MIB + 1, "parents": 1}, "payload.range"),
+    ("installed-host", {"num_lanes": 0}, "num_lanes.range"),
+    ("installed-host", {"num_lanes": 4}, "num_lanes.range"),
+    ("installed-host", {"block": 0}, "block.range"),
+    ("installed-host", {"mask": 0}, "mask.range"),
+    ("installed-host", {"mask": 4}, "mask.range"),
+    ("installed-host", {"parents": 32, "payload": 8 * MIB}, "backing.range"),
+    # installed-host
+    ("installed-host", {"generations": 2}, "host.generations.value"),
+    ("installed-host", {"fault_role": "source"}, "host.fault_role.forbidden"),
+    ("installed-host", {"cleanup_kind": "qp"}, "host.cleanup_kind.forbidden"),
+    ("installed-host", {"discovery": "auto"}, "host.discovery.forbidden"),
+    ("installed-host", {"block": MIB + 1}, "host.block.cap"),
+    # rail accounting (frozen)
+    ("installed-rail-accounting", {"generations": 2}, "rail-accounting.generations.value"),
+    ("installed-rail-accounting", {"fault_role": "source"}, "rail-accounting.fault_role.forbidden"),
+    ("installed-rail-accounting", {"cleanup_kind": "qp"}, "rail-accounting.cleanup_kind.forbidden"),
+    ("installed-rail-accounting", {"parents": 15}, "rail-accounting.parents.value"),
+    ("installed-rail-accounting", {"payload": 4194304}, "rail-accounting.payload.value"),
+    ("installed-rail-accounting", {"block": 65536}, "rail-accounting.block.value"),
+    ("installed-rail-accounting", {"num_lanes": 2}, "rail-accounting.num_lanes.value"),
+    ("installed-rail-accounting", {"mask": 1}, "rail-accounting.mask.value"),
+    ("installed-rail-accounting", {"discovery": "manual"}, "rail-accounting.discovery.value"),
+    # restart
+    ("installed-restart", {"generations": DROP}, "restart.generations.required"),
+    ("installed-restart", {"generations": 1}, "restart.generations.value"),
+    ("installed-restart", {"generations": 4}, "restart.generations.value"),
+    ("installed-restart", {"fault_role": DROP}, "restart.fault_role.required"),
+    ("installed-restart", {"fault_role": "observer"}, "restart.fault_role.value"),
+    ("installed-restart", {"cleanup_kind": "qp"}, "restart.cleanup_kind.forbidden"),
+    ("installed-restart", {"discovery": "auto"}, "restart.discovery.forbidden"),
+    ("installed-restart", {"block": 2 * MIB}, "restart.block.cap"),
+    # interruption
+    ("installed-interruption", {"generations": DROP}, "interruption.generations.required"),
+    ("installed-interruption", {"generations": 1}, "interruption.generations.value"),
+    ("installed-interruption", {"fault_role": DROP}, "interruption.fault_role.required"),
+    ("installed-interruption", {"fault_role": "both"}, "interruption.fault_role.value"),
+    ("installed-interruption", {"cleanup_kind": "qp"}, "interruption.cleanup_kind.forbidden"),
+    ("installed-interruption", {"discovery": "auto"}, "interruption.discovery.forbidden"),
+    ("installed-interruption", {"block": 2 * MIB}, "interruption.block.cap"),
+    ("installed-interruption", {"payload": MIB + 1}, "interruption.payload.one_slice"),
+    # lost completion
+    ("installed-lost-completion", {"generations": DROP}, "lost-completion.generations.required"),
+    ("installed-lost-completion", {"generations": 1}, "lost-completion.generations.value"),
+    ("installed-lost-completion", {"fault_role": DROP}, "lost-completion.fault_role.required"),
+    ("installed-lost-completion", {"fault_role": "peer"}, "lost-completion.fault_role.value"),
+    ("installed-lost-completion", {"cleanup_kind": "qp"}, "lost-completion.cleanup_kind.forbidden"),
+    ("installed-lost-completion", {"discovery": "auto"}, "lost-completion.discovery.forbidden"),
+    ("installed-lost-completion", {"block": 2 * MIB}, "lost-completion.block.cap"),
+    ("installed-lost-completion", {"block": MIB // 2}, "lost-completion.payload.one_slice"),
+    ("installed-lost-completion", {"payload": MIB // 2}, "lost-completion.payload.value"),
+    ("installed-lost-completion", {"mask": 2}, "lost-completion.mask.value"),
+    ("installed-lost-completion", {"parents": 16}, "lost-completion.parents.shape"),
+    # cleanup failure
+    ("installed-cleanup-failure", {"generations": 3}, "cleanup-failure.generations.value"),
+    ("installed-cleanup-failure", {"fault_role": "source"}, "cleanup-failure.fault_role.value"),
+    ("installed-cleanup-failure", {"fault_role": DROP}, "cleanup-failure.fault_role.required"),
+    ("installed-cleanup-failure", {"discovery": "auto"}, "cleanup-failure.discovery.forbidden"),
+    ("installed-cleanup-failure", {"parents": 2}, "cleanup-failure.parents.value"),
+    ("installed-cleanup-failure", {"num_lanes": 2}, "cleanup-failure.num_lanes.value"),
+    ("installed-cleanup-failure", {"mask": 3}, "cleanup-failure.mask.value"),
+    ("installed-cleanup-failure", {"block": 2 * MIB}, "cleanup-failure.block.cap"),
+    ("installed-cleanup-failure", {"payload": MIB + 1}, "cleanup-failure.payload.one_slice"),
+    ("installed-cleanup-failure", {"cleanup_kind": "mr"}, "cleanup-failure.cleanup_kind.value"),
+    ("installed-cleanup-failure", {"cleanup_kind": "channel"}, "cleanup-failure.rdma_events.channel"),
+    # in-flight DMA
+    ("installed-inflight-dma", {"generations": 2}, "inflight-dma.generations.value"),
+    ("installed-inflight-dma", {"fault_role": "source"}, "inflight-dma.fault_role.forbidden"),
+    ("installed-inflight-dma", {"cleanup_kind": "qp"}, "inflight-dma.cleanup_kind.forbidden"),
+    ("installed-inflight-dma", {"discovery": "auto"}, "inflight-dma.discovery.forbidden"),
+    ("installed-inflight-dma", {"parents": 2}, "inflight-dma.parents.value"),
+    ("installed-inflight-dma", {"num_lanes": 2}, "inflight-dma.num_lanes.value"),
+    ("installed-inflight-dma", {"mask": 3}, "inflight-dma.mask.value"),
+    ("installed-inflight-dma", {"block": 32 * MIB, "payload": 32 * MIB}, "inflight-dma.block.cap"),
+    ("installed-inflight-dma", {"payload": 4 * MIB - 1}, "inflight-dma.payload.equals_block"),
+    # memory cleanup
+    ("installed-memory-cleanup", {"generations": 2}, "memory-cleanup.generations.value"),
+    ("installed-memory-cleanup", {"discovery": "auto"}, "memory-cleanup.discovery.forbidden"),
+    ("installed-memory-cleanup", {"parents": 2}, "memory-cleanup.parents.value"),
+    ("installed-memory-cleanup", {"num_lanes": 3}, "memory-cleanup.num_lanes.value"),
+    ("installed-memory-cleanup", {"mask": 3}, "memory-cleanup.mask.value"),
+    ("installed-memory-cleanup", {"block": 2 * MIB}, "memory-cleanup.block.cap"),
+    ("installed-memory-cleanup", {"payload": 65537}, "memory-cleanup.payload.one_slice"),
+    ("installed-memory-cleanup", {"cleanup_kind": DROP}, "memory-cleanup.cleanup_kind.required"),
+    ("installed-memory-cleanup", {"cleanup_kind": "qp"}, "memory-cleanup.cleanup_kind.value"),
+    ("installed-memory-cleanup", {"fault_role": DROP}, "memory-cleanup.fault_role.required"),
+    ("installed-memory-cleanup", {"cleanup_kind": "mw"}, "memory-cleanup.fault_role.value"),
+]
+
+
+def _mutated(mode, changes):
+    profile = dict(VALID[mode])
+    for key, value in changes.items():
+        if value is DROP:
+            profile.pop(key, None)
+        else:
+            profile[key] = value
+    return profile
+
+
+@pytest.mark.parametrize("mode", sorted(VALID))
+def test_every_base_profile_is_valid(mode):
+    pm.validate_profile(VALID[mode])
+
+
+def test_every_seed_example_profile_file_is_valid(repo_root):
+    files = sorted((repo_root / "profiles").glob("*.json"))
+    assert len(files) >= 8
+    for path in files:
+        pm.load_and_derive(path=str(path))
+
+
+@pytest.mark.parametrize(("mode", "changes", "code"), RED_CHECKS,
+                         ids=[f"{c[2]}:{sorted(c[1])[0]}" for c in RED_CHECKS])
+def test_red_check_breaks_exactly_one_rule(mode, changes, code):
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(_mutated(mode, changes))
+    codes = [v.code for v in caught.value.violations]
+    assert codes == [code]
+    violation = caught.value.violations[0]
+    assert violation.field in violation.message
+    assert violation.rule in violation.message
+
+
+SWEEP_VALUES = [DROP, 0, 1, 2, 3, 4, 8, 15, 16, 33, 65536, MIB // 2, MIB, MIB + 1, 4194305, 4 * MIB,
+                16 * MIB, 32 * MIB, 32 * MIB + 1, True, False, "auto", "qp", "cq", "channel", "pd", "mr",
+                "mw", "source", "requester", "a", "b", "read", "write", "cpu", "rdma", "gpu"]
+
+
+def test_every_rule_code_has_a_red_check():
+    """Sweep every field of every mode's profile: any code the model emits needs a red check above,
+    so a new rule without one fails here."""
+    covered = {code for _, _, code in RED_CHECKS}
+    emitted = set()
+    for mode in VALID:
+        for field in pm.KNOWN_FIELDS:
+            for value in SWEEP_VALUES:
+                try:
+                    pm.validate_profile(_mutated(mode, {field: value}))
+                except pm.ProfileError as error:
+                    emitted |= {v.code for v in error.violations}
+    uncovered = {c for c in emitted - covered if not c.endswith(".type")}
+    assert not uncovered
+
+
+def test_all_violations_are_reported_at_once():
+    bad = dict(VALID["installed-rail-accounting"], parents=15, mask=1, transport="tcp", extra=1)
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(bad)
+    assert sorted(v.code for v in caught.value.violations) == sorted([
+        "profile.unknown_field", "transport.value",
+        "rail-accounting.parents.value", "rail-accounting.mask.value"])
+
+
+def test_survey_strings_are_cast():
+    survey = {k: (str(v).lower() if not isinstance(v, str) else v)
+              for k, v in VALID["installed-rail-accounting"].items()}
+    assert survey["parents"] == "16" and survey["rdma_events"] == "false"
+    normalized = pm.validate_profile(survey)
+    assert normalized["parents"] == 16 and normalized["rdma_events"] is False
+    assert normalized["generations"] == 1
+
+
+def test_cleanup_failure_defaults_to_qp():
+    profile = dict(VALID["installed-cleanup-failure"])
+    del profile["cleanup_kind"]
+    assert pm.validate_profile(profile)["cleanup_kind"] == "qp"
+
+
+# --- derived workloads ----------------------------------------------------------------------
+
+
+def test_rail_accounting_workload_reproduces_the_seed():
+    _, workload = pm.load_and_derive(VALID["installed-rail-accounting"])
+    assert workload["slices_per_parent"] == 4
+    assert workload["slice_sizes"] == [{"bytes": MIB, "count": 3}, {"bytes": MIB + 1, "count": 1}]
+    assert workload["wrs_per_round"] == 64
+    assert workload["bytes_per_round"] == 67_108_880
+    assert workload["rails"] == [0, 1]
+    assert {r: f["wrs"] for r, f in workload["per_rail"].items()} == {"0": 32, "1": 32}
+    assert workload["min_outstanding_parents_per_rail_qp"] == 2
+    assert workload["observers"] == [{"tool": "accounting", "role": "requester"}]
+    assert workload["qp_bound_per_peer_operation"] == 2
+
+
+def test_installed_host_workload_reproduces_the_seed():
+    _, workload = pm.load_and_derive(VALID["installed-host"])
+    assert workload["wrs_per_round"] == 96
+    assert workload["bytes_per_round"] == 100_663_312
+    assert workload["qp_bound_per_peer_operation"] == 6
+    assert sum(lane["wrs"] for lane in workload["per_lane"]) == 96
+    assert workload["observers"] == []
+    assert workload["backing_per_peer"] == 16 * (6291457 + 2 * pm.GUARD_BYTES)
+    assert workload["total_rounds"] == 3
+
+
+@pytest.mark.parametrize(("payload", "block", "expected"), [
+    (1, MIB, [1]),
+    (MIB, MIB, [MIB]),
+    (MIB - 1, MIB, [MIB - 1]),
+    (2 * MIB - 1, MIB, [2 * MIB - 1]),
+    (3 * MIB, MIB, [MIB, MIB, MIB]),
+    (4194305, MIB, [MIB, MIB, MIB, MIB + 1]),
+])
+def test_slicing_rule(payload, block, expected):
+    assert pm.slice_sizes(payload, block) == expected
+
+
+def test_one_rail_mask_puts_everything_on_that_rail():
+    _, workload = pm.load_and_derive(VALID["installed-memory-cleanup"])
+    assert workload["rails"] == [1]
+    assert list(workload["per_rail"]) == ["1"]
+    assert workload["observers"] == [{"tool": "uverbs_fault", "role": "requester"}]
+    assert workload["persistent_mr_contexts"] == 2
+
+
+def test_restart_generations_multiply_rounds():
+    _, workload = pm.load_and_derive(dict(VALID["installed-restart"], generations=3))
+    assert workload["total_rounds"] == 9
+    assert workload["new_qps_per_generation_max"] == 4
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def test_yaml_and_json_text(tmp_path):
+    text = "\n".join(f"{k}: {json.dumps(v)}" for k, v in VALID["installed-host"].items())
+    normalized, _ = pm.load_and_derive(profile=text)
+    assert normalized["parents"] == 16
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(VALID["installed-host"]))
+    assert pm.load_and_derive(path=str(path))[0] == normalized
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("[1, 2]", "profile.type"),
+    ("{unclosed", "profile.syntax"),
+    ("just words", "profile.type"),
+])
+def test_bad_text_is_a_typed_error(text, code):
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.load_and_derive(profile=text)
+    assert [v.code for v in caught.value.violations] == [code]
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.load_and_derive(path=str(tmp_path / "absent.json"))
+    assert caught.value.violations[0].code == "profile.file"
+    assert "absent.json" in str(caught.value)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children,
+                                                                      max_size=5),
+    max_leaves=20,
+)
+field_values = st.none() | st.booleans() | st.integers(-5, 40_000_000) | st.floats() | st.text(max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_arbitrary_json_never_raises_anything_but_profile_error(value):
+    try:
+        normalized = pm.validate_profile(value)
+    except pm.ProfileError as error:
+        assert error.violations
+        json.dumps([v.as_dict() for v in error.violations])
+    else:
+        pm.derive_workload(normalized)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.fixed_dictionaries({}, optional={f: field_values for f in pm.KNOWN_FIELDS}),
+       st.sampled_from(sorted(VALID)))
+def test_arbitrary_field_values_never_raise_anything_but_profile_error(overrides, mode):
+    profile = dict(VALID[mode], **overrides)
+    try:
+        normalized = pm.validate_profile(profile)
+    except pm.ProfileError as error:
+        assert all(v.code and v.field for v in error.violations)
+    else:
+        workload = pm.derive_workload(normalized)
+        assert workload["backing_per_peer"] <= pm.MAX_BACKING_PER_PEER
+        assert workload["wrs_per_round"] == normalized["parents"] * workload["slices_per_parent"]

@@ -1,0 +1,328 @@
+"""The verifier: a healthy simulated run passes every rule, and every rule has a red check.
+
+Receipts are real simulated-runner output (tests/helpers/sim_pair.py). A red check breaks exactly
+one fact, by a runner defect switch or by mutating one receipt, and must fail exactly that rule's
+code and no other (derived rules reading the same fact are masked, see Rule.after).
+"""
+
+import json
+import shutil
+
+import pytest
+from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import rules
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import (
+    RECEIPT_CODES,
+    junit_xml,
+    verify_case,
+    verify_run,
+)
+
+WRITE_EVENTS_HOST = dict(SMALL_HOST, operation="write", rdma_events=True)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("healthy") / "run"
+    run_pair(run_dir, "ra", RAIL_ACCOUNTING)
+    run_pair(run_dir, "ih", WRITE_EVENTS_HOST)
+    run_pair(run_dir, "rad", dict(RAIL_ACCOUNTING, discovery="auto"))
+    return run_dir
+
+
+def _copy_case(healthy, tmp_path, case_id):
+    run_dir = tmp_path / "run"
+    shutil.copytree(healthy / "cases" / case_id, run_dir / "cases" / case_id)
+    (run_dir / "run.json").write_text(json.dumps({"schema": "orbite.run", "version": 1, "run_id": "t",
+                                                  "cases": [case_id]}))
+    return run_dir, run_dir / "cases" / case_id
+
+
+def _edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _edit_lines(path, change):
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = change(lines)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _failed(run_dir):
+    return verify_run(str(run_dir), write=False)["failed_codes"]
+
+
+def test_healthy_run_passes_every_rule(healthy, tmp_path):
+    verdict = verify_run(str(healthy), output_dir=str(tmp_path))
+    assert verdict["verdict"] == "PASS", verdict["failed_codes"]
+    statuses = {f["status"] for case in verdict["cases"] for f in case["findings"]}
+    assert statuses == {"PASS"}
+    codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
+    assert {r.code for r in rules.RULES} <= codes  # the discovery rail-accounting case runs every rule
+    assert json.loads((tmp_path / "verdict.json").read_text())["verdict"] == "PASS"
+    assert "<testsuites" in (tmp_path / "verdict.xml").read_text()
+    assert (tmp_path / "verdict.md").read_text().startswith("# Verdict: PASS")
+
+
+# --- red checks through the simulated runner's defect switches --------------------------------
+
+DEFECTS = [
+    ("corrupt_byte", RAIL_ACCOUNTING, "ledger.bytes"),
+    ("corrupt_byte", WRITE_EVENTS_HOST, "ledger.bytes"),  # write: the source checks
+    ("overwrite_guard", RAIL_ACCOUNTING, "ledger.guards"),
+    ("extra_qp", RAIL_ACCOUNTING, "qps.bound"),
+    ("no_qp_reuse", RAIL_ACCOUNTING, "qps.reuse"),
+    ("skew_native_counter", RAIL_ACCOUNTING, "counters.native_public"),
+    ("skip_drain", RAIL_ACCOUNTING, "ledger.drain"),
+    ("mr_one_context", dict(SMALL_HOST, mask=2), "mrs.persistent"),
+    ("payload_over_rendezvous", SMALL_HOST, "rendezvous.no_payload"),
+    ("wrong_slicing", RAIL_ACCOUNTING, "counters.slicing"),
+    ("drop_observer_completion", RAIL_ACCOUNTING, "accounting.join"),
+    ("stale_input", RAIL_ACCOUNTING, "ledger.fresh_input"),
+    ("exceed_sq_depth", RAIL_ACCOUNTING, "qps.sq_depth"),
+    ("single_rail", RAIL_ACCOUNTING, "counters.rails"),
+    ("serial_parents", RAIL_ACCOUNTING, "accounting.outstanding"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("defect", "profile", "code"), DEFECTS,
+                         ids=[f"{d}-{p['mode'][10:]}-{p['operation']}" for d, p, _ in DEFECTS])
+def test_defect_switch_fails_exactly_its_rule(tmp_path, defect, profile, code):
+    run_dir = tmp_path / "run"
+    run_pair(run_dir, "case", profile, defects=[defect])
+    assert _failed(run_dir) == [code]
+
+
+# --- red checks by mutating one receipt -------------------------------------------------------
+
+
+def _requester_ledger(case_dir):
+    return case_dir / "requester" / "g1" / "ledger.json"
+
+
+def _observer_log(case_dir):
+    return case_dir / "requester" / "g1" / "observer-accounting.jsonl"
+
+
+def _first_round(ledger):
+    return ledger["rounds"][0]
+
+
+def _completions_last(lines):
+    """Every completion after every post: all WRs in flight at once, as the log tells it."""
+    header, *events, summary = lines
+    return [header, *[e for e in events if e["ev"] != "cqe"], *[e for e in events if e["ev"] == "cqe"], summary]
+
+
+def _swap_dev(lines):
+    devs = sorted({line["dev"] for line in lines if line.get("ev") == "wr"})
+    first = next(line for line in lines if line.get("ev") == "wr")
+    first["dev"] = devs[1] if first["dev"] == devs[0] else devs[0]
+    return lines
+
+
+def _journal(case_dir, role):
+    return case_dir / role / "journal.jsonl"
+
+
+def _identity_of(case_dir, role):
+    lines = [json.loads(x) for x in _journal(case_dir, role).read_text().splitlines()]
+    return next(e for e in lines if e.get("ev") == "identity_check")["observed"]
+
+
+def _set_identity(lines, identity):
+    for line in lines:
+        if line.get("ev") == "identity_check":
+            line["observed"] = dict(line["observed"], **identity)
+    return lines
+
+
+def _same_node(d):
+    """The requester claims to be the source's node, consistently in its journal and ledger."""
+    source = _identity_of(d, "source")
+    _edit_lines(_journal(d, "requester"), lambda lines: _set_identity(lines, source))
+    _edit_json(_requester_ledger(d), lambda x: x.update(hostname=source["hostname"], boot_id=source["boot_id"]))
+
+
+def _inventory(case_dir, when):
+    return case_dir / "requester" / "g1" / f"inventory-{when}.json"
+
+
+def _port_down(inventory):
+    inventory["devices"]["mlx5_1"]["ports"]["1"]["state"] = {"name": "DOWN", "num": 1}
+
+
+def _swap_tiers(ledger):
+    for entry in ledger["discovery"]["memory_tiers"]:
+        entry["tiers"].reverse()
+
+
+MUTATIONS = {
+    "discovery.inventory_unchanged": ("rad", lambda d: _edit_json(_inventory(d, "after"), _port_down)),
+    "discovery.candidates": ("rad", lambda d: [_edit_json(_inventory(d, w), _port_down) for w in ("before", "after")]),
+    "discovery.nics": ("rad", lambda d: _edit_json(_requester_ledger(d), lambda x: x["discovery"][
+        "chosen_nic_ids"].reverse())),
+    "discovery.tiers": ("rad", lambda d: _edit_json(_requester_ledger(d), _swap_tiers)),
+    "discovery.strict_pin": ("rad", lambda d: _edit_json(_requester_ledger(d), lambda x: x["discovery"][
+        "strict_gid_request"].update(retained_owners=1))),
+    "journal.identity": ("ra", lambda d: _edit_lines(_journal(d, "source"), lambda lines: _set_identity(
+        lines, {"hostname": "elsewhere"}))),
+    "journal.distinct_nodes": ("ra", _same_node),
+    "journal.locks": ("ra", lambda d: _edit_lines(_journal(d, "source"), lambda lines: [
+        e for e in lines if not (e.get("ev") == "lock_release" and e.get("rnic") == "mlx5_1")])),
+    "journal.children": ("ra", lambda d: _edit_lines(_journal(d, "requester"), lambda lines: [
+        dict(e, exit_code=None, exit_signal=9, exit_signal_name="SIGKILL") if e.get("ev") == "child_exit" else e
+        for e in lines])),
+    "journal.env": ("ra", lambda d: _edit_lines(_journal(d, "requester"), lambda lines: [
+        dict(e, env_keys=[*e["env_keys"], "RDMAV_ALLOW_DISASSOC_DESTROY"]) if e.get("ev") == "child_start" else e
+        for e in lines])),
+    "receipt.missing": ("ra", lambda d: _requester_ledger(d).unlink()),
+    "receipt.malformed": ("ra", lambda d: _requester_ledger(d).write_text("[1, 2, 3]")),
+    "receipt.schema": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x.update(version=99))),
+    "receipt.truncated": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x.update(status="running"))),
+    "receipt.shape": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: _first_round(x).pop("drain"))),
+    "case.meta": ("ra", lambda d: (d / "case.json").unlink()),
+    "case.profile": ("ra", lambda d: _edit_json(d / "case.json", lambda x: x["profile"].update(parents=99))),
+    "case.node_failure": ("ra", lambda d: (d / "source" / "node-failure.json").write_text(json.dumps(
+        {"host": "sim-a", "task": "Start the lock supervisor", "message": "lock held by run x"}))),
+    "ledger.identity": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x.update(operation="write"))),
+    "ledger.exit": ("ra", lambda d: (  # a peer failure (exit 4), as both the ledger and the supervisor saw it
+        _edit_json(_requester_ledger(d), lambda x: x.update(status="failed", exit_code=4)),
+        _edit_lines(_journal(d, "requester"), lambda lines: [
+            dict(e, exit_code=4) if e.get("ev") == "child_exit" else e for e in lines]))),
+    "ledger.rounds": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x["rounds"][2].update(round=4))),
+    "ledger.parents": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: _first_round(x)["parents"][3]
+                                                  .update(completed_bytes=0, status="Failed"))),
+    "ledger.errors": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x["errors"].append(
+        {"error": "PeerLost", "expected": False}))),
+    "counters.wrs": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: _first_round(x)["counters"]
+                                                ["native"].update(cqes=63))),
+    "counters.bytes": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: (
+        _first_round(x)["counters"]["public"].update(bytes=1),
+        _first_round(x)["counters"]["native"].update(bytes=1)))),
+    "accounting.ledger_join": ("ra", lambda d: _edit_lines(_observer_log(d), lambda lines: [
+        dict(line, opcode="RDMA_WRITE") if line.get("ev") == "wr" and line["wr_id"] == 1 else line
+        for line in lines])),
+    "accounting.native_bytes": ("ra", lambda d: _edit_lines(_observer_log(d), _swap_dev)),
+    "accounting.sq_depth": ("ra", lambda d: _edit_lines(_observer_log(d), _completions_last)),
+    "case.mode_unverified": ("ih", lambda d: _edit_json(d / "case.json", lambda x: x["profile"].update(
+        mode="installed-inflight-dma", parents=1, payload=65536, block=65536, num_lanes=1, mask=1,
+        operation="write", rdma_events=True))),
+}
+
+
+@pytest.mark.parametrize("code", sorted(MUTATIONS))
+def test_mutated_receipt_fails_exactly_its_rule(healthy, tmp_path, code):
+    case_id, mutate = MUTATIONS[code]
+    run_dir, case_dir = _copy_case(healthy, tmp_path, case_id)
+    mutate(case_dir)
+    failed = _failed(run_dir)
+    if code == "case.mode_unverified":  # the verifier then also reads the case as that mode
+        assert failed[0] == code
+    else:
+        assert failed == [code]
+
+
+def test_a_case_planned_but_absent_is_a_fail(healthy, tmp_path):
+    run_dir, _ = _copy_case(healthy, tmp_path, "ra")
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "t", "cases": ["ra", "never-ran"]}))
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["case.missing"]
+    assert verdict["verdict"] == "FAIL"
+
+
+def test_an_empty_run_is_a_fail_not_a_pass(tmp_path):
+    verdict = verify_run(str(tmp_path), write=False)
+    assert verdict["verdict"] == "FAIL" and verdict["failed_codes"] == ["case.missing"]
+
+
+def test_observer_log_without_summary_is_truncated(healthy, tmp_path):
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    _edit_lines(_observer_log(case_dir), lambda lines: lines[:-1])
+    assert _failed(run_dir) == ["receipt.truncated"]
+
+
+def test_every_receipt_code_has_a_red_check():
+    covered = set(MUTATIONS) | {"receipt.truncated"}
+    assert set(RECEIPT_CODES) <= covered
+    by_defect = {code for _, _, code in DEFECTS}
+    rule_codes = {r.code for r in rules.RULES}
+    # Masked rules (Rule.after) are red-checked one level down, on their check function.
+    function_level = {"accounting.exact_counts", "accounting.both_rails"}
+    assert rule_codes <= by_defect | set(MUTATIONS) | function_level
+
+
+# --- masked rules: red-checked on their check function -----------------------------------------
+
+
+def _case(case_dir):
+    from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+
+    profile = model.validate_profile(json.loads((case_dir / "case.json").read_text())["profile"])
+    return rules.case_receipts(str(case_dir), case_dir.name, profile, model.derive_workload(profile))
+
+
+def test_exact_counts_sees_a_missing_parent_in_the_observer_log(healthy, tmp_path):
+    _, case_dir = _copy_case(healthy, tmp_path, "ra")
+    assert rules.check_observer_exact_counts(_case(case_dir)) == []
+    _edit_lines(_observer_log(case_dir), lambda lines: [line for line in lines if line.get("wr_id") != 1])
+    problems = rules.check_observer_exact_counts(_case(case_dir))
+    assert len(problems) == 1 and "191 payload WRs" in problems[0][0]
+
+
+def test_both_rails_sees_a_rail_without_observed_payload(healthy, tmp_path):
+    _, case_dir = _copy_case(healthy, tmp_path, "ra")
+    assert rules.check_observer_rails(_case(case_dir)) == []
+    devs = sorted({json.loads(x).get("dev") for x in _observer_log(case_dir).read_text().splitlines()} - {None})
+    _edit_lines(_observer_log(case_dir), lambda lines: [dict(line, dev=devs[0]) if "dev" in line else line
+                                                        for line in lines])
+    problems = rules.check_observer_rails(_case(case_dir))
+    assert len(problems) == 1 and "[1]" in problems[0][0]
+
+
+# --- robustness ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("garbage", ["", "{", "null", '{"schema": "orbite.runner-ledger", "version": 1}',
+                                     '{"schema": "orbite.runner-ledger", "version": 1, "rounds": "x"}'])
+def test_garbage_ledgers_are_coded_fails_never_tracebacks(healthy, tmp_path, garbage):
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    _requester_ledger(case_dir).write_text(garbage)
+    failed = _failed(run_dir)
+    assert len(failed) == 1 and failed[0].startswith("receipt.")
+
+
+def test_verdict_is_written_after_each_case(healthy, tmp_path):
+    seen = []
+    from ansible_collections.orbite.qualification.plugins.module_utils._verify import verdict as verdict_mod
+
+    original = verdict_mod.write_reports
+
+    def spy(verdict, output_dir):
+        seen.append((verdict["complete"], len(verdict["cases"])))
+        return original(verdict, output_dir)
+
+    verdict_mod.write_reports = spy
+    try:
+        verify_run(str(healthy), output_dir=str(tmp_path))
+    finally:
+        verdict_mod.write_reports = original
+    assert seen == [(False, 1), (False, 2), (False, 3), (True, 3)]
+
+
+def test_junit_has_one_testcase_per_group_and_case(healthy):
+    _, findings = verify_case(str(healthy / "cases" / "ra"))
+    xml = junit_xml({"run_id": "t", "cases": [{"case": "ra", "verdict": "PASS", "findings": findings}]})
+    groups = {f["group"] for f in findings}
+    assert xml.count("<testcase ") == len(groups)
+
+
+def test_docs_list_every_code(repo_root):
+    text = (repo_root / "docs" / "verifier.md").read_text()
+    codes = {r.code for r in rules.RULES} | set(RECEIPT_CODES) | {
+        "case.meta", "case.profile", "case.missing", "case.node_failure", "case.mode_unverified"}
+    assert {c for c in codes if f"`{c}`" not in text} == set()

@@ -1,0 +1,321 @@
+"""Two simulated runners (real processes, loopback) against the runner contract.
+
+The expected figures come from the profile arithmetic done here and from the profile model
+(plugins/module_utils/_profile/model.py), never from the runner: the runner only counts.
+"""
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from helpers.paths import FIXTURES
+
+sys.path.insert(0, str(FIXTURES / "sim"))
+import sim_harness as H
+
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model as profile_model
+
+LEDGER = H.validator("runner-ledger")
+OBSERVER = H.validator("observer-log")
+READY = H.validator("runner-ready")
+MIB = 1 << 20
+
+
+def expected_slices(payload, block):
+    """The gate's slicing, written out again here: max(1, payload // block) slices, last takes the rest."""
+    count = max(1, payload // block)
+    return [block] * (count - 1) + [payload - block * (count - 1)]
+
+
+def assert_valid(result):
+    for role in ("source", "requester"):
+        LEDGER.validate(result[role])
+    READY.validate(result["ready"])
+    for line in result["observer"]:
+        OBSERVER.validate(line)
+
+
+def assert_healthy(result, prof):
+    """Every contract fact of a healthy three-round run, against the arithmetic of ``prof``."""
+    assert result["rc"] == {"source": 0, "requester": 0}, result["stderr"]
+    assert_valid(result)
+    src, req = result["source"], result["requester"]
+    assert src["status"] == req["status"] == "complete"
+    workload = profile_model.derive_workload(profile_model.validate_profile(prof))
+    slices = expected_slices(prof["payload"], prof["block"])
+    wrs_per_round = prof["parents"] * len(slices)
+    bytes_per_round = prof["parents"] * prof["payload"]
+    assert wrs_per_round == workload["wrs_per_round"]
+    assert bytes_per_round == workload["bytes_per_round"]
+    rails = [r for r in (0, 1) if prof["mask"] & (1 << r)]
+    qps_per_peer = len(rails) * prof["num_lanes"]
+
+    # Persistent MRs on both contexts (whatever the mask), registered before round 1.
+    for ledger in (src, req):
+        assert [c["rail"] for c in ledger["contexts"]] == [0, 1]
+        for ctx in ledger["contexts"]:
+            assert sorted(m["kind"] for m in ctx["mrs"]) == ["ctrl", "data"]
+            assert all(m["registered_round"] == 0 and m["deregistered_round"] == "teardown" for m in ctx["mrs"])
+        assert ledger["totals"]["persistent_mrs"] == 4
+        assert len(ledger["qps"]) == qps_per_peer
+        assert sorted({q["rail"] for q in ledger["qps"]}) == rails
+        assert all(q["created_round"] == 1 and q["destroyed_round"] == "teardown" for q in ledger["qps"])
+        assert ledger["teardown"]["retained_owners"] == 0 and ledger["teardown"]["drained"]
+        assert len(ledger["rounds"]) == 3
+
+    seeds = [r["input_seed"] for r in req["rounds"]]
+    assert len(set(seeds)) == 3, "input must be fresh every round"
+    assert seeds == [r["input_seed"] for r in src["rounds"]]
+    wr_index = {}
+    for rr, sr in zip(req["rounds"], src["rounds"]):
+        assert len(rr["wrs"]) == wrs_per_round
+        assert sum(w["bytes"] for w in rr["wrs"]) == bytes_per_round
+        assert all(w["status"] == "SUCCESS" for w in rr["wrs"])
+        for w in rr["wrs"]:
+            wr_index[(w["qpn"], w["wr_id"])] = w
+        for p in rr["parents"]:
+            mine = sorted((w for w in rr["wrs"] if w["parent"] == p["parent"]), key=lambda w: w["slice"])
+            assert [w["bytes"] for w in mine] == slices
+            assert {w["qpn"] for w in mine} == {p["qpn"]} and p["rail"] in rails
+            assert p["completed_bytes"] == prof["payload"] and p["status"] == "Completed"
+        checker = rr if prof["operation"] == "read" else sr
+        for p in checker["parents"]:
+            assert p["byte_check"] == {"checked_bytes": prof["payload"], "mismatched_bytes": 0,
+                                       "first_mismatch": None, "ok": True}
+            assert p["guard_check"]["ok"] and p["guard_check"]["guard_bytes"] == profile_model.GUARD_BYTES
+        for counters in (rr["counters"], sr["counters"]):
+            assert counters["public"]["bytes"] == counters["native"]["bytes"] == bytes_per_round
+            assert sorted(counters["native"]["per_rail"]) == [str(r) for r in rails]
+            for rail in rails:
+                per = workload["per_rail"][str(rail)]
+                assert counters["public"]["per_rail"][str(rail)] == per["bytes"]
+                assert counters["native"]["per_rail"][str(rail)]["bytes"] == per["bytes"]
+                assert counters["native"]["per_rail"][str(rail)]["wrs"] == per["wrs"]
+        assert rr["counters"]["native"]["wrs"] == rr["counters"]["native"]["cqes"] == wrs_per_round
+        # QPs created once, reused afterwards.
+        first = rr["round"] == 1
+        assert rr["qps_created"] == (qps_per_peer if first else 0)
+        assert rr["qps_reused"] == (0 if first else qps_per_peer)
+        assert sr["qps_created"] == rr["qps_created"] and sr["qps_reused"] == rr["qps_reused"]
+        for usage in rr["qp_usage"]:
+            assert 1 <= usage["max_inflight_wrs"] <= profile_model.SEND_QUEUE_DEPTH
+        # Drain and batches.
+        assert sr["drain"] == rr["drain"] == {"drained": True, "debt_wrs": 0, "debt_bytes": 0, "debt_grants": 0}
+        assert rr["batches"][0]["state"] == "Completed" and rr["batches"][0]["free"] == "Ok"
+        assert all(p["status"] == "Released" for p in sr["parents"])
+        # Payload on the data channel only; rendezvous stays small and both sides count the same bytes.
+        moved = "payload_bytes_received" if prof["operation"] == "read" else "payload_bytes_sent"
+        assert rr["data_channel"][moved] == bytes_per_round
+        assert rr["rendezvous"]["bytes_sent"] + rr["rendezvous"]["bytes_received"] < 64 * 1024
+        assert rr["rendezvous"]["bytes_sent"] == sr["rendezvous"]["bytes_received"]
+        assert rr["rendezvous"]["bytes_received"] == sr["rendezvous"]["bytes_sent"]
+        assert rr["progress"]["mode"] == ("events" if prof["rdma_events"] else "polling")
+
+    # Observer log: every accepted payload WR joins the ledger's WR list and its own completion.
+    obs = result["observer"]
+    assert obs[0]["schema"] == "orbite.observer-log" and obs[0]["tool"] == "accounting"
+    assert obs[-1]["ev"] == "summary"
+    wr_lines = [o for o in obs if o.get("ev") == "wr"]
+    assert len(wr_lines) == 3 * wrs_per_round == obs[-1]["accepted_wrs"] == obs[-1]["joined"]
+    assert obs[-1]["unjoined"] == 0
+    devices = {r["rail"]: r["device"] for r in req["rails"]}
+    for line in wr_lines:
+        ledger_wr = wr_index[(line["qpn"], line["wr_id"])]
+        assert line["bytes"] == ledger_wr["bytes"] and line["dev"] == devices[ledger_wr["rail"]]
+        assert line["opcode"] == ("RDMA_READ" if prof["operation"] == "read" else "RDMA_WRITE")
+    assert all(v <= profile_model.SEND_QUEUE_DEPTH for v in obs[-1]["max_inflight_per_qp"].values())
+    return workload
+
+
+@pytest.mark.slow
+def test_rail_accounting_read_polling_counts_the_seed_figures(tmp_path):
+    prof = H.profile("installed-rail-accounting", "read", False)
+    result = H.run_pair(tmp_path, prof)
+    workload = assert_healthy(result, prof)
+    for rnd in result["requester"]["rounds"]:
+        assert len(rnd["wrs"]) == 64 == workload["wrs_per_round"]
+        assert sum(w["bytes"] for w in rnd["wrs"]) == 67_108_880
+        by_rail = {u["rail"]: u for u in rnd["qp_usage"]}
+        assert sorted(by_rail) == [0, 1]
+        for usage in by_rail.values():  # the rail-accounting rule: >= 2 parents on each rail's shared QP
+            assert usage["wrs_posted"] == 32
+            assert usage["max_outstanding_parents"] >= workload["min_outstanding_parents_per_rail_qp"]
+    summary = result["observer"][-1]
+    assert all(v >= 2 for v in summary["max_outstanding_parents_per_qp"].values())
+
+
+@pytest.mark.slow
+def test_rail_accounting_write_events_with_discovery_auto(tmp_path):
+    prof = H.profile("installed-rail-accounting", "write", True, discovery="auto")
+    result = H.run_pair(tmp_path, prof)
+    assert_healthy(result, prof)
+    for role in ("source", "requester"):
+        disc = result[role]["discovery"]
+        assert disc["chosen_nic_ids"] == ["mlx5_0:1", "mlx5_1:1"]
+        assert disc["excluded"] == []  # whitelist wins over the identical blacklist
+        assert disc["memory_tiers"] == [{"numa_node": 0, "tiers": [["mlx5_0:1"], ["mlx5_1:1"]]},
+                                        {"numa_node": 1, "tiers": [["mlx5_1:1"], ["mlx5_0:1"]]}]
+        strict = disc["strict_gid_request"]
+        assert strict["result"] == "Unavailable" and strict["gid_index"] == 255
+        assert strict["retained_owners"] == 0 and strict["owners_acquired"] >= 1
+        assert strict["error"]["error"] == "Unavailable" and strict["error"]["expected"] is True
+        # The rails are the discovered NICs, on their RoCE v2 IPv4 GIDs (index 3 on the sim hosts).
+        assert [(r["device"], r["gid_index"], r["gid_type"]) for r in result[role]["rails"]] == [
+            ("mlx5_0", 3, "RoCE v2"), ("mlx5_1", 3, "RoCE v2")]
+    assert sum(r["progress"]["cq_events"] for r in result["requester"]["rounds"]) >= 3
+
+
+@pytest.mark.slow
+def test_installed_host_example_counts_96_wrs_a_round(tmp_path):
+    prof = H.profile("installed-host", "read", False)
+    result = H.run_pair(tmp_path, prof)
+    assert_healthy(result, prof)
+    for rnd in result["requester"]["rounds"]:
+        assert len(rnd["wrs"]) == 96
+        assert sum(w["bytes"] for w in rnd["wrs"]) == 100_663_312
+        assert len(rnd["qp_usage"]) == 6  # 2 rails x 3 lanes
+        assert {(u["rail"], u["lane"]) for u in rnd["qp_usage"]} == {(r, ln) for r in (0, 1) for ln in range(3)}
+
+
+def test_one_rail_mask_still_registers_both_contexts(tmp_path):
+    prof = H.profile("installed-host", "write", True, parents=3, payload=3 * 65536 + 7, block=65536, num_lanes=2,
+                     mask=2)
+    result = H.run_pair(tmp_path, prof)
+    assert_healthy(result, prof)
+    req = result["requester"]
+    assert {q["rail"] for q in req["qps"]} == {1}
+    assert [r["enabled"] for r in req["rails"]] == [False, True]
+    assert all(len(c["mrs"]) == 2 for c in req["contexts"])
+
+
+def test_protocol_flag():
+    out = subprocess.run([sys.executable, str(H.RUNNER), "--protocol"], capture_output=True, text=True, check=True)
+    assert out.stdout == "orbite-installed-host-v4\n"
+
+
+def _run_single(tmp_path, case, env=None):
+    path = H.write_case(tmp_path / "case.json", case)
+    proc = subprocess.run([sys.executable, str(H.RUNNER), "--case", path, "--output", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, env=env, check=False)
+    ledger_path = tmp_path / "out" / "ledger.json"
+    ledger = json.loads(ledger_path.read_text()) if ledger_path.exists() else None
+    if ledger is not None:
+        LEDGER.validate(ledger)
+    return proc, ledger
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda c: c.update(role="sink"), "case field role = 'sink': must be 'source' or 'requester'"),
+    (lambda c: c["profile"].update(parents=33), "case field profile.parents = 33: must be <= 32"),
+    (lambda c: c.update(defects=["melt"]), "case field defects[0] = 'melt': must be one of"),
+    (lambda c: c.update(rails=c["rails"][:1]), "case field rails"),
+    (lambda c: c.update(colour="red"), "case field colour = 'red': is not a case field"),
+    (lambda c: c["profile"].update(mode="installed-restart"), "profile.mode = 'installed-restart'"),
+    (lambda c: c.pop("service_address"), "case field service_address = null: is required"),
+    (lambda c: c.update(observers=["cq_fault"]), "case field observers[0] = 'cq_fault': the simulated runner models"),
+])
+def test_bad_case_is_exit_2_naming_field_value_and_rule(tmp_path, mutate, needle):
+    root = H.make_hosts()[0]
+    case = H.base_case(H.profile(), "source", root, service_address="127.0.0.1:0")
+    mutate(case)
+    proc, ledger = _run_single(tmp_path, case)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert ledger["status"] == "case_error" and needle in ledger["errors"][0]["message"]
+
+
+def test_unpopulated_gid_is_exit_3_unavailable(tmp_path):
+    root = H.make_hosts()[0]
+    case = H.base_case(H.profile(), "source", root, service_address="127.0.0.1:0")
+    case["rails"] = [dict(H.RAILS[0], gid_index=200), H.RAILS[1]]
+    proc, ledger = _run_single(tmp_path, case)
+    assert proc.returncode == 3, proc.stderr
+    assert ledger["status"] == "failed"
+    assert ledger["errors"][0]["error"] == "Unavailable" and "GID index 200" in ledger["errors"][0]["message"]
+    assert not (tmp_path / "out" / "ready.json").exists()
+
+
+def test_unreachable_peer_is_exit_4_and_releases_everything(tmp_path):
+    root = H.make_hosts()[1]
+    case = H.base_case(H.profile(parents=1, payload=1000, block=1000), "requester", root,
+                       peer_address="127.0.0.1:9", timeouts={"connect_s": 0.3})
+    proc, ledger = _run_single(tmp_path, case)
+    assert proc.returncode == 4, proc.stderr
+    assert ledger["errors"][0]["error"] == "Timeout" and ledger["errors"][0]["operation"] == "connect"
+    assert ledger["teardown"]["retained_owners"] == 0
+
+
+def test_disassoc_destroy_env_is_refused(tmp_path):
+    root = H.make_hosts()[0]
+    case = H.base_case(H.profile(), "source", root, service_address="127.0.0.1:0")
+    env = H.env_without()
+    env["RDMAV_ALLOW_DISASSOC_DESTROY"] = "1"
+    proc, _ = _run_single(tmp_path, case, env=env)
+    assert proc.returncode == 2 and "RDMAV_ALLOW_DISASSOC_DESTROY" in proc.stderr
+
+
+def test_case_schema_accepts_the_harness_cases():
+    case_schema = H.validator("runner-case")
+    roots = H.make_hosts()
+    case_schema.validate(H.base_case(H.profile(), "source", roots[0], service_address="127.0.0.1:0"))
+    case_schema.validate(H.base_case(H.profile("installed-rail-accounting", discovery="auto"), "requester",
+                                     roots[1], peer_address="127.0.0.1:4000", observers=["accounting"]))
+    with pytest.raises(jsonschema.ValidationError):  # pins and discovery together
+        case_schema.validate(H.base_case(H.profile(discovery="auto"), "source", roots[0],
+                                         service_address="127.0.0.1:0", rails=H.RAILS))
+
+
+def test_wrong_registration_is_refused_by_the_source(tmp_path):
+    result = H.run_pair(tmp_path, H.profile(parents=2, payload=4096, block=4096),
+                        requester_extra={"peer_registration_id": "reg-somebody-else"})
+    assert result["rc"] == {"source": 3, "requester": 3}
+    for role in ("source", "requester"):
+        LEDGER.validate(result[role])
+        assert result[role]["errors"][0]["error"] == "Unavailable"
+        assert result[role]["rounds"] == [] and result[role]["teardown"]["retained_owners"] == 0
+
+
+def test_source_killed_mid_run_gives_peer_lost_not_a_hang(tmp_path):
+    roots = H.make_hosts()
+    prof = H.profile("installed-rail-accounting")
+    source = H.start(H.write_case(tmp_path / "s.json", H.base_case(prof, "source", roots[0],
+                                                                   service_address="127.0.0.1:0")), tmp_path / "a")
+    procs = [source]
+    try:
+        ready = H.wait_ready(source, tmp_path / "a")
+        req = H.base_case(prof, "requester", roots[1], peer_address=ready["service_address"],
+                          timeouts={"round_s": 30})
+        requester = H.start(H.write_case(tmp_path / "r.json", req), tmp_path / "b")
+        procs.append(requester)
+        ledger_a = tmp_path / "a" / "ledger.json"
+        while not json.loads(ledger_a.read_text())["rounds"]:  # round 1 checkpointed: kill during round 2
+            assert source.poll() is None
+        source.kill()
+        source.wait()
+        rc, _, err = H.reap(requester, 60)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert rc == 4, err
+    ledger = json.loads((tmp_path / "b" / "ledger.json").read_text())
+    LEDGER.validate(ledger)
+    assert ledger["status"] == "failed" and ledger["errors"][0]["error"] == "PeerLost"
+    assert ledger["errors"][0]["round"] in (2, 3) and ledger["teardown"]["retained_owners"] == 0
+    killed = json.loads((tmp_path / "a" / "ledger.json").read_text())
+    assert killed["status"] == "running" and len(killed["rounds"]) >= 1  # the last checkpoint stays
+
+
+EXAMPLES = FIXTURES / "sim" / "examples"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir()))
+def test_example_receipts_match_the_schemas(name):
+    """tests/fixtures/sim/examples (made by make_examples.py from real runs) stay valid receipts."""
+    for role in ("source", "requester"):
+        LEDGER.validate(json.loads((EXAMPLES / name / f"{role}-ledger.json").read_text()))
+    for line in (EXAMPLES / name / "observer-accounting.jsonl").read_text().splitlines():
+        OBSERVER.validate(json.loads(line))
