@@ -19,7 +19,7 @@ system:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements-dev.txt meta/ee-requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is needed for ansible-core >= 2.17")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -37,8 +37,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --offline -q
 
+# pytest-xdist, one worker per core; tests that start the sim lab share one worker (tests/conftest.py).
 unit: setup
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -n auto tests
 
 # Namespaced fake hosts need root (mount/UTS/PID namespaces, sshd); say so rather than fail.
 molecule: setup
@@ -70,4 +71,4 @@ bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf build out .pytest_cache .ruff_cache .hypothesis
+	rm -rf build .pytest_cache .ruff_cache .hypothesis

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Time-to-verdict of the rail-accounting gate on the local simulated lab, against the same runner
 invocations run directly (no Ansible, no supervisor), side by side in one run; prints the ratio
 and where the overhead goes (per-task wall time from bench/callback_plugins/task_times.py).

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Measure RNIC lock and supervisor latencies (prints figures; asserts nothing).
 
 - acquire / release of one uncontended lock (flock + owner record rewrite);

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Simulated runner throughput against raw loopback TCP, side by side in one run.
 
 Prints, for the frozen rail-accounting profile (16 x 4,194,305 B, block 1 MiB, 64 WRs a round):
@@ -46,7 +45,7 @@ def raw_loopback(total):
     listener.listen(1)
     proc = multiprocessing.Process(target=_receiver, args=(listener.getsockname()[1], total))
     proc.start()
-    conn, _ = listener.accept()
+    conn = listener.accept()[0]
     for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         conn.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
     data = memoryview(bytearray(CHUNK))
@@ -78,7 +77,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--raw-mib", type=int, default=192, help="bytes moved by the raw measurement (MiB)")
     args = parser.parse_args()
-    raws = [raw_loopback(args.raw_mib << 20) for _ in range(3)]
+    raws = [raw_loopback(args.raw_mib << 20) for _attempt in range(3)]
     raw = statistics.median(raws)
     print(f"raw loopback TCP (python sendall -> recv_into, 1 MiB chunks): {raw / 1e6:8.1f} MB/s "
           f"(median of {[round(r / 1e6) for r in raws]})")

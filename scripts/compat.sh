@@ -8,21 +8,29 @@ venv=${COMPAT_VENV:-.venv-ansible-2.17}
 if [[ ! -x $venv/bin/ansible-playbook ]]; then
   "${PYTHON:-python3}" -m venv "$venv"
   "$venv/bin/pip" install --quiet --upgrade pip
-  "$venv/bin/pip" install --quiet -r requirements.txt "ansible-core>=2.17,<2.18"
+  "$venv/bin/pip" install --quiet -r meta/ee-requirements.txt "ansible-core>=2.17,<2.18"
 fi
 export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/$venv/bin:$PATH
+# A throw-away work directory: the lab and the run directory derive from it.
 work=$(mktemp -d)
+export ORBITE_WORK_DIR=$work
 cleanup() {
-  ansible-playbook playbooks/sim_lab.yml -e "sim_lab_dir=$work/lab" -e sim_lab_state=absent >/dev/null 2>&1 || true
+  ansible-playbook playbooks/sim_lab.yml -e sim_lab_state=absent >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-echo "compat: $(ansible --version | head -1)"
-ansible-playbook playbooks/sim_lab.yml -e "sim_lab_dir=$work/lab" >"$work/lab.log" 2>&1 || { cat "$work/lab.log"; exit 1; }
-if ansible-playbook -i inventories/sim playbooks/rail_accounting.yml -e "sim_lab_dir=$work/lab" \
-     -e "orbite_output_dir=$work/runs" -e orbite_profile_file=profiles/rail_accounting_discovery.json \
-     >"$work/gate.log" 2>&1; then
-  echo "compat: rail_accounting (discovery) verdict PASS with $(ansible --version | head -1)"
+echo "compat: $(ansible --version | sed -n 1p)"
+ansible-playbook playbooks/sim_lab.yml >"$work/lab.log" 2>&1 || { cat "$work/lab.log"; exit 1; }
+# --check first: the preflight-then-stop path must hold on the oldest ansible-core too.
+if ! ansible-playbook --check -i inventories/sim playbooks/rail_accounting.yml >"$work/check.log" 2>&1 \
+     || ! grep -q "check mode: preflight passed" "$work/check.log"; then
+  tail -40 "$work/check.log"
+  echo "compat: --check failed with the oldest supported ansible-core" >&2
+  exit 1
+fi
+if ansible-playbook -i inventories/sim playbooks/rail_accounting.yml \
+     -e orbite_profile_file=rail_accounting_discovery.json >"$work/gate.log" 2>&1; then
+  echo "compat: rail_accounting (discovery) verdict PASS with $(ansible --version | sed -n 1p)"
 else
   tail -40 "$work/gate.log"
   echo "compat: the gate failed with the oldest supported ansible-core" >&2

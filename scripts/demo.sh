@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The main job on the simulated lab: create the local fake hosts, run the rail-accounting gate
-# (READ/polling and WRITE/events) on them, and say where the verdict is.
+# (READ/polling and WRITE/events) on them, and say where the verdict is. Everything is written
+# under the work directory (ORBITE_WORK_DIR, default $XDG_CACHE_HOME/orbite or ~/.cache/orbite),
+# never into the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Pinned here with the playbooks' own default, so the verdict is found where they wrote it.
+export ORBITE_WORK_DIR=${ORBITE_WORK_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/orbite}
 ansible-playbook playbooks/sim_lab.yml
 status=0
 ansible-playbook -i inventories/sim playbooks/rail_accounting.yml "$@" || status=$?
-latest=$(ls -td out/runs/*/ 2>/dev/null | head -1)
+latest=$(ls -td "$ORBITE_WORK_DIR"/runs/*/ 2>/dev/null | head -1)
 if [[ -n $latest ]]; then
   echo
   echo "verdict: ${latest}verdict.md (JSON: ${latest}verdict.json, JUnit: ${latest}verdict.xml)"

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Rewrite the failure-code table of docs/verifier.md from the rule table (run after adding a rule).
 
     .venv/bin/python scripts/verifier_codes_table.py

@@ -1,4 +1,9 @@
-"""Entry point when the simulated runner is deployed as one zipapp file (python3 orbite-sim-runner.pyz)."""
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Entry point of the simulated runner, run as ``python3 orbite-sim-runner.pyz`` (deployed) or ``python3 sim``.
+
+Both put this directory first on sys.path, so the ``orbite_sim`` package imports as is.
+"""
 
 import sys
 

@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """Small filters the gate playbooks need to plan cases."""
 
 

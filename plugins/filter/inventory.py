@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache License 2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Filters over RDMA discovery inventories (controller side).
 
 - ``before | orbite.qualification.inventory_diff(after, ignore=[...])``: every difference by path
@@ -24,7 +24,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._inventory.co
 
 try:
     import netaddr
-except ImportError:  # pragma: no cover - netaddr is in requirements.txt
+except ImportError:  # pragma: no cover - netaddr is in meta/ee-requirements.txt
     netaddr = None
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: OrbiTE qualification team
-# Apache License 2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 
 DOCUMENTATION = r"""
 ---
@@ -23,7 +23,10 @@ description:
     sources) are unchanged and every pinned file still matches the manifest, nothing is rebuilt.
     The cargo target directory stays under O(output), so rebuilds are incremental.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_linux
 options:
   source:
     description: The engine crate's checkout (a directory holding its C(Cargo.toml), inside a git work tree).
@@ -61,12 +64,18 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Checks the checkout and the toolchain, and reports whether a build is due and its steps.
+    details:
+      - Checks the checkout and the toolchain, and reports whether a build is due and its steps (RV(plan)).
   diff_mode:
     support: none
+requirements:
+  - C(git), C(rustup)-managed C(cargo) with C(rustfmt) and C(clippy), and C(ldd) on the controller.
+  - C(make), a C compiler and the rdma-core headers to build the native observers (optional).
 notes:
-  - Needs C(git), C(rustup)-managed C(cargo) with C(rustfmt) and C(clippy), and C(ldd). No network
-    access is used (C(--offline --locked)).
+  - No network access is used (C(--offline --locked)).
+seealso:
+  - module: orbite.qualification.installation_check
+    description: Checks the manifest on the controller and the deployed binary on each node.
 """
 
 EXAMPLES = r"""
@@ -90,37 +99,66 @@ manifest_path:
   description: Path of the manifest (written, or unchanged when nothing was due).
   returned: always
   type: str
+  sample: /var/tmp/orbite-installed/stable/manifest.json
 manifest:
-  description: The manifest's content (not returned in check mode when a build is due).
+  description:
+    - The manifest's content (not returned in check mode when a build is due).
+    - RV(orbite.qualification.installation_check#module:manifest) shows a full one.
   returned: when a build ran or the output was up to date
   type: dict
+  sample:
+    schema: orbite.installation-manifest
+    version: 1
+    protocol: orbite-installed-host-v4
+    commit: 3f2c9a1e5b7d4c6f8a0b1c2d3e4f5a6b7c8d9e0f
+    dirty: false
+    toolchain_name: stable
+    features: [rdma]
 commit:
   description: The checkout's HEAD commit.
   returned: always
   type: str
+  sample: 3f2c9a1e5b7d4c6f8a0b1c2d3e4f5a6b7c8d9e0f
 dirty_paths:
   description: Uncommitted paths, as C(git status --porcelain) entries (only non-empty with O(allow_dirty)).
   returned: always
   type: list
   elements: str
+  sample: [" M src/lib.rs", "?? notes.txt"]
 rebuild_reason:
   description: Why a build was due, or null when the output was up to date.
   returned: always
   type: str
+  sample: inputs changed (commit, dirty files, toolchain, features, fixture or observers)
 observers_absent_reason:
   description: Why the observers are not built, or null when they are.
   returned: always
   type: str
+  sample: "infiniband/verbs.h not found (rdma-core headers: Debian libibverbs-dev)"
 plan:
   description: The steps a build would run.
   returned: check mode, when a build is due
   type: list
   elements: str
+  sample:
+    - cargo +stable package --offline --locked (/srv/orbite)
+    - extract the .crate into /var/tmp/orbite-installed/stable/package
+    - copy the fixture tests/hardware/rdma_host into /var/tmp/orbite-installed/stable/consumer
+    - cargo fmt --check, cargo clippy -D warnings, cargo build --release (offline, locked)
+    - install the binary into /var/tmp/orbite-installed/stable/installed/bin
+    - make -C /srv/collection/observers OUT=/var/tmp/orbite-installed/stable/observers
+    - write /var/tmp/orbite-installed/stable/manifest.json
 steps:
   description: Each build step with its duration in seconds (C(name), C(seconds)).
   returned: always
   type: list
   elements: dict
+  sample: [{name: metadata, seconds: 0.412}, {name: package, seconds: 3.871}, {name: build, seconds: 41.205}]
+code:
+  description: Stable failure code of the build (C(installation.error)) or of the manifest check.
+  returned: failure
+  type: str
+  sample: installation.error
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: OrbiTE qualification team
-# Apache License 2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 
 DOCUMENTATION = r"""
 ---
@@ -18,14 +18,23 @@ description:
     hashes, that the binary's native libraries resolve (and, with O(pin_native_libraries), have the
     pinned hashes), and that C(BINARY --protocol) prints C(orbite-installed-host-v4).
   - Fails naming every mismatch precisely (field, path, expected, found). Changes nothing.
+  - One of O(manifest) and O(manifest_data) is required.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.read_only
+  - orbite.qualification._attributes.platform_linux
 options:
   manifest:
     description: Path of the manifest on the host the module runs on. Mutually exclusive with O(manifest_data).
     type: path
   manifest_data:
-    description: The manifest's content (for a node, which has no copy of the file).
+    description:
+      - The manifest's content (for a node, which has no copy of the file), as returned in
+        RV(manifest) by the controller-side check. It is validated against the manifest schema
+        (C(orbite.installation-manifest) version 1, C(docs/build.md)) like a file would be.
+      - Mutually exclusive with O(manifest).
     type: dict
   scope:
     description: Which side's checks to run.
@@ -49,13 +58,26 @@ options:
       - Node scope, required, the deployed binary.
     type: path
   observers:
-    description: Deployed observer libraries by tool name (C(accounting), C(cq_fault), C(uverbs_fault)).
+    description:
+      - Node scope; the deployed observer libraries, by tool name. Each given one must match the
+        manifest's sha256 for that tool.
     type: dict
     default: {}
+    suboptions:
+      accounting:
+        description: Path of the deployed C(liborbite_accounting.so).
+        type: path
+      cq_fault:
+        description: Path of the deployed C(liborbite_cq_fault.so).
+        type: path
+      uverbs_fault:
+        description: Path of the deployed C(liborbite_uverbs_fault.so).
+        type: path
   require_observers:
     description: Observers the mode needs; each must be built (and, on a node, deployed and matching).
     type: list
     elements: str
+    choices: [accounting, cq_fault, uverbs_fault]
     default: []
   pin_native_libraries:
     description: On a node, also require the resolved native libraries to have the pinned sha256.
@@ -65,13 +87,11 @@ options:
     description: Run C(BINARY --protocol) and require the protocol string.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - C(--protocol) only proves that the binary starts; see C(docs/build.md) for what each check proves.
+seealso:
+  - module: orbite.qualification.build_installed
+    description: Builds the artifact and writes the manifest this module checks.
 """
 
 EXAMPLES = r"""
@@ -98,19 +118,49 @@ EXAMPLES = r"""
 
 RETURN = r"""
 manifest:
-  description: The validated manifest.
+  description: The validated manifest (C(docs/build.md) describes every field).
   returned: success
   type: dict
+  sample:
+    schema: orbite.installation-manifest
+    version: 1
+    protocol: orbite-installed-host-v4
+    package: {name: orbite, version: 0.4.0}
+    commit: 3f2c9a1e5b7d4c6f8a0b1c2d3e4f5a6b7c8d9e0f
+    dirty: false
+    dirty_paths: []
+    toolchain: rustc 1.95.0 (59807616e 2026-04-14)
+    toolchain_name: stable
+    features: [rdma]
+    fixture: tests/hardware/rdma_host
+    binary:
+      path: installed/bin/orbite-rdma-host
+      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+    observers: {accounting: {path: observers/liborbite_accounting.so,
+                             sha256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae},
+                cq_fault: null, uverbs_fault: null}
+    observers_absent_reason: null
 checked:
   description: Names of the checks that ran.
   returned: always
   type: list
   elements: str
+  sample: [schema, protocol, dirty, commit, observers.accounting, artifact files, binary, binary --protocol]
 mismatches:
   description: Every difference found, each with C(field), C(path), C(expected) and C(found).
   returned: always
   type: list
   elements: dict
+  sample:
+    - field: binary.sha256
+      path: /opt/orbite/bin/orbite-rdma-host
+      expected: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+      found: 60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752
+code:
+  description: Stable failure code (C(installation.mismatch) when the installation differs from its manifest).
+  returned: failure
+  type: str
+  sample: installation.mismatch
 """
 
 import os
@@ -118,6 +168,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
 from ansible_collections.orbite.qualification.plugins.module_utils._build.manifest import (
+    OBSERVER_TOOLS,
     InstallationError,
     check_controller,
     check_node,
@@ -136,8 +187,8 @@ def main():
             "expected_commit": {"type": "str"},
             "verify_files": {"type": "bool", "default": True},
             "binary": {"type": "path"},
-            "observers": {"type": "dict", "default": {}},
-            "require_observers": {"type": "list", "elements": "str", "default": []},
+            "observers": {"type": "dict", "default": {}, "options": {t: {"type": "path"} for t in OBSERVER_TOOLS}},
+            "require_observers": {"type": "list", "elements": "str", "choices": list(OBSERVER_TOOLS), "default": []},
             "pin_native_libraries": {"type": "bool", "default": True},
             "probe_protocol": {"type": "bool", "default": True},
         },
@@ -168,7 +219,8 @@ def main():
             mismatches, checked = check_node(
                 manifest,
                 p["binary"],
-                observers=p["observers"],
+                # Suboptions fill every tool in; only the given ones are deployed.
+                observers={tool: path for tool, path in (p["observers"] or {}).items() if path is not None},
                 require_observers=p["require_observers"],
                 pin_native_libraries=p["pin_native_libraries"],
                 probe=p["probe_protocol"],

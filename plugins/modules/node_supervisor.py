@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -21,7 +21,12 @@ description:
     not an error (it is what an C(always:) section needs).
   - See C(docs/supervisor.md) for the lifecycle, the lock file format and the journal schema.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_linux
+  - orbite.qualification._root
+  - orbite.qualification._supervisor
 options:
   state:
     description: What to do with the supervisor.
@@ -30,27 +35,18 @@ options:
     default: started
   run_id:
     description:
-      - The qualification run this supervisor serves; names its run directory and is written into
-        every lock file.
-    type: str
+      - The qualification run this supervisor serves. It names the run directory
+        C(<root>/run/orbite/supervisors/<run_id>) and is written into every lock file.
+      - 1 to 64 ASCII letters, digits, C(.), C(_) or C(-), starting with a letter or digit.
     required: true
   locks:
     description: RNIC names (as under C(/sys/class/infiniband)) to lock; required for V(started).
     type: list
     elements: str
-  root:
-    description: The host root (V(/) on a real node, a fake host's directory in the simulated lab).
-    type: path
-    default: /
   lock_dir:
     description:
       - Directory of the lock files; created with mode 0700 when missing, refused when it exists
         with group or other access or another owner. Defaults to C(<root>/run/orbite/locks).
-    type: path
-  run_dir:
-    description:
-      - Private run directory (mode 0700) of the control socket, journal and program copy.
-        Defaults to C(<root>/run/orbite/supervisors/<run_id>).
     type: path
   hostname:
     description: Expected hostname, rechecked inside the locks. Defaults to the value read at start.
@@ -63,7 +59,10 @@ options:
     type: str
     default: ansible
   lease:
-    description: Lease in seconds (for V(started) and V(renewed)); strings are cast.
+    description:
+      - Lease in seconds (for V(started) and V(renewed)); strings are cast.
+      - A supervisor whose lease runs out kills and reaps its children, releases its locks and exits,
+        so a controller that dies never leaves an RNIC locked.
     type: float
     default: 600
   lock_timeout:
@@ -77,9 +76,17 @@ options:
 attributes:
   check_mode:
     support: partial
-    details: V(started), V(renewed) and V(stopped) report what they would do without doing it.
+    details:
+      - V(started), V(renewed) and V(stopped) report what they would do without doing it; V(status) runs as usual.
   diff_mode:
     support: none
+seealso:
+  - module: orbite.qualification.supervised_process
+    description: Launch, wait for or signal the supervisor's children.
+  - module: orbite.qualification.runner
+    description: Launch an engine runner as a child of the supervisor.
+  - module: orbite.qualification.node_identity
+    description: The identity the supervisor rechecks inside its locks.
 """
 
 EXAMPLES = r"""
@@ -109,41 +116,92 @@ supervisor:
     pid:
       description: Supervisor process id.
       type: int
+      sample: 8655
     locks:
       description: Held locks, each with C(rnic), C(path) and C(owner) (the lock file record).
       type: list
       elements: dict
+      sample:
+        - rnic: mlx5_0
+          path: /run/orbite/locks/mlx5_0.lock
+          owner: {schema: orbite.rnic-lock, version: 1, rnic: mlx5_0, state: held, run_id: ra-1-read-polling,
+                  controller: ctl, pid: 8655, hostname: rnic-a, boot_id: 4f0c7d3e-5a61-4d7b-9a55-0d1f6f2b9e10,
+                  acquired_at: "2026-11-30T20:20:10.935208Z"}
     children:
       description: Child records (C(child_id), C(pid), C(start_time), C(running), exit status).
       type: list
       elements: dict
+      sample: []
     lease_remaining_s:
       description: Seconds until the lease runs out.
       type: float
+      sample: 599.961
+  sample:
+    run_id: ra-1-read-polling
+    controller: ctl
+    pid: 8655
+    protocol: 1
+    started_at: "2026-11-30T20:20:10.927531Z"
+    identity: {root: /, hostname: rnic-a, boot_id: 4f0c7d3e-5a61-4d7b-9a55-0d1f6f2b9e10,
+               kernel_release: 6.1.0-27-amd64, machine_id: 8b1a9953c4611296a827abf8c47804d7}
+    locks: [{rnic: mlx5_0, path: /run/orbite/locks/mlx5_0.lock, owner: {run_id: ra-1-read-polling, state: held}},
+            {rnic: mlx5_1, path: /run/orbite/locks/mlx5_1.lock, owner: {run_id: ra-1-read-polling, state: held}}]
+    lease_s: 600.0
+    lease_remaining_s: 599.961
+    children: []
+    journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
+    socket: /run/orbite/supervisors/ra-1-read-polling/control.sock
 running:
   description: Whether a supervisor runs after the task.
   returned: always
   type: bool
+  sample: true
 journal:
   description: Path of the supervisor journal on the node.
   returned: always
   type: str
+  sample: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
+journal_exists:
+  description: V(stopped) when no supervisor ran; whether a journal of an earlier supervisor is there.
+  returned: when O(state=stopped) and no supervisor was running
+  type: bool
+  sample: true
 run_dir:
   description: The run directory.
   returned: always
   type: str
+  sample: /run/orbite/supervisors/ra-1-read-polling
 summary:
   description: V(stopped) only; C(locks_released), C(released), C(children_killed), C(children), C(reason).
   returned: when a running supervisor was stopped
   type: dict
+  sample:
+    reason: stop
+    force: false
+    children_killed: []
+    children: [{child_id: c1, pid: 8656, start_time: 76326, argv: [/bin/sleep, "0.2"], running: false,
+                exit_code: 0, exit_signal: null, exit_signal_name: null, started_at: "2026-11-30T20:20:10.972771Z"}]
+    locks_released: true
+    released: [{rnic: mlx5_1, path: /run/orbite/locks/mlx5_1.lock}, {rnic: mlx5_0, path: /run/orbite/locks/mlx5_0.lock}]
+    journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
 error:
   description: Stable failure code (C(lock_timeout), C(identity_mismatch), C(children_running), ...).
   returned: failure
   type: str
+  sample: lock_timeout
 owner:
   description: The lock file record of the current holder when C(error) is C(lock_timeout).
   returned: failure
   type: dict
+  sample: {schema: orbite.rnic-lock, version: 1, rnic: mlx5_0, state: held, run_id: ra-0-read-polling,
+           controller: other-ctl, pid: 4242, hostname: rnic-a, boot_id: 4f0c7d3e-5a61-4d7b-9a55-0d1f6f2b9e10,
+           acquired_at: "2026-11-30T19:02:41.118230Z"}
+code:
+  description:
+    - Stable failure code; the supervisor's own code (as in RV(error)) when it refused, else C(supervisor.error).
+  returned: failure
+  type: str
+  sample: lock_timeout
 """
 
 import os

@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -13,28 +13,32 @@ description:
     the workload the gate must observe (slices, payload WRs and bytes per round, per rail and lane,
     backing per peer, rounds, generations, QP bound, observers).
   - Fails listing B(every) broken rule, each naming the field, the value and the rule.
-  - Runs on the controller and changes nothing; check mode is fully supported.
+  - Runs on the controller and changes nothing.
   - Survey values arrive as strings; integers and booleans given as strings are cast.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.read_only
+  - orbite.qualification._attributes.platform_posix
 options:
   profile:
     description:
       - The profile as a mapping, or as JSON/YAML text.
-      - Mutually exclusive with O(path).
+      - Mutually exclusive with O(path); one of the two is required.
     type: raw
   path:
     description:
       - Path of a JSON or YAML profile file on the host the module runs on (the controller).
-      - Mutually exclusive with O(profile).
+      - Mutually exclusive with O(profile); one of the two is required.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - The bounds, mode rules and derivation are documented in C(docs/profiles.md).
+seealso:
+  - module: orbite.qualification.run_plan
+    description: Writes the run's plan from the validated profile and workload.
+  - module: orbite.qualification.result_check
+    description: Verifies the receipts against the derived workload.
 """
 
 EXAMPLES = r"""
@@ -68,35 +72,94 @@ profile:
   description: The normalized profile (integers and booleans cast, mode defaults applied).
   returned: success
   type: dict
+  sample:
+    source: sim-a
+    requester: sim-b
+    source_kind: cpu
+    requester_kind: cpu
+    transport: rdma
+    mode: installed-rail-accounting
+    operation: read
+    rdma_events: false
+    parents: 16
+    payload: 4194305
+    block: 1048576
+    num_lanes: 1
+    mask: 3
+    generations: 1
 workload:
-  description: The expected workload derived from the profile.
+  description: The expected workload derived from the profile (C(docs/profiles.md) lists every field).
   returned: success
   type: dict
   contains:
     wrs_per_round:
       description: Payload work requests per round (one per slice).
       type: int
+      sample: 64
     bytes_per_round:
       description: Payload bytes per round.
       type: int
+      sample: 67108880
     slices_per_parent:
       description: Slices per parent, C(max(1, payload // block)).
       type: int
+      sample: 4
     backing_per_peer:
       description: Bytes of backing per peer, C(parents x (payload + 2 x guard)).
       type: int
+      sample: 67239952
     qp_bound_per_peer_operation:
       description: The QP bound, C(rails x lanes), per peer and operation.
       type: int
+      sample: 2
     observers:
       description: Native observers the mode loads, with the role whose runner loads them.
       type: list
       elements: dict
+      sample: [{tool: accounting, role: requester}]
+  sample:
+    protocol: orbite-installed-host-v4
+    mode: installed-rail-accounting
+    operation: read
+    progress: polling
+    slices_per_parent: 4
+    slice_sizes: [{bytes: 1048576, count: 3}, {bytes: 1048577, count: 1}]
+    wrs_per_round: 64
+    bytes_per_round: 67108880
+    rails: [0, 1]
+    per_rail: {"0": {parents: 8, wrs: 32, bytes: 33554440}, "1": {parents: 8, wrs: 32, bytes: 33554440}}
+    per_lane:
+      - {rail: 0, lane: 0, parents: 8, wrs: 32, bytes: 33554440}
+      - {rail: 1, lane: 0, parents: 8, wrs: 32, bytes: 33554440}
+    guard_bytes: 4096
+    backing_per_peer: 67239952
+    rounds_per_generation: 3
+    generations: 1
+    total_rounds: 3
+    qps_per_context_operation: 1
+    qp_bound_per_peer_operation: 2
+    new_qps_per_generation_max: 2
+    send_queue_depth: 8
+    persistent_mr_contexts: 2
+    observers: [{tool: accounting, role: requester}]
+    discovery: null
+    min_outstanding_parents_per_rail_qp: 2
 violations:
   description: Every broken rule, with C(code), C(field), C(value), C(rule) and C(message).
   returned: failure
   type: list
   elements: dict
+  sample:
+    - code: parents.range
+      field: parents
+      value: 0
+      rule: must be between 1 and 32 (gate bound)
+      message: "parents = 0: must be between 1 and 32 (gate bound) [parents.range]"
+code:
+  description: Stable failure code; C(profile.invalid) when rules are broken (RV(violations) lists them).
+  returned: failure
+  type: str
+  sample: profile.invalid
 """
 
 from ansible.module_utils.basic import AnsibleModule

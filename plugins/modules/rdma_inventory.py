@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: OrbiTE qualification team
-# Apache License 2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 
 DOCUMENTATION = r"""
 ---
@@ -10,7 +10,7 @@ version_added: 0.1.0
 description:
   - Reads, relative to O(root), C(sys/class/infiniband/*) (device, PCI, NUMA, ports, GID tables),
     C(sys/class/net/*), C(sys/devices/system/node/node*/cpulist), the hostname and the boot ID, and
-    returns them as one inventory (schema C(orbite.rdma-inventory), version 1, see docs/inventory.md).
+    returns them as one inventory (schema C(orbite.rdma-inventory), version 1, see C(docs/inventory.md)).
   - Never opens a file of O(root) for writing. Garbage in a file becomes an entry of
     RV(inventory.errors) naming the field path, the file, the value and the rule; only a missing
     O(root) fails the task.
@@ -18,13 +18,12 @@ description:
     C(gids_unused), not listed.
   - Shares no code with the OrbiTE engine; the gate records it before and after every child.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_linux
+  - orbite.qualification._root
 options:
-  root:
-    description:
-      - The host root to read from. V(/) on a real node; a fake host's directory in the simulated lab.
-    type: path
-    default: /
   save_to:
     description:
       - Also write the inventory as JSON (sorted keys) to this path on the node, atomically, mode 0644.
@@ -41,8 +40,19 @@ options:
 attributes:
   check_mode:
     support: full
+    details:
+      - Reads as usual; with O(save_to) nothing is written and RV(save_to.changed) says whether it would be.
   diff_mode:
     support: none
+seealso:
+  - plugin: orbite.qualification.inventory_diff
+    plugin_type: filter
+    description: Lists every difference between the inventories taken before and after a child.
+  - plugin: orbite.qualification.discovery_expectations
+    plugin_type: filter
+    description: What the engine's automatic discovery must choose, from an inventory.
+  - module: orbite.qualification.node_identity
+    description: Only the node's identity.
 """
 
 EXAMPLES = r"""
@@ -64,32 +74,64 @@ EXAMPLES = r"""
 
 RETURN = r"""
 inventory:
-  description: The inventory (docs/inventory.md has every field and its sysfs source).
+  description: The inventory (C(docs/inventory.md) has every field and its sysfs source).
   returned: success
   type: dict
   contains:
     schema:
       description: Always C(orbite.rdma-inventory).
       type: str
+      sample: orbite.rdma-inventory
     version:
       description: Schema version, 1.
       type: int
+      sample: 1
     node:
       description: Hostname, boot ID, kernel release, machine-id, NUMA nodes with their CPU lists.
       type: dict
+      sample:
+        hostname: sim-a
+        boot_id: 0b5e1d00-0000-4000-8000-000a11ce0000
+        osrelease: 6.1.0-orbite-sim
+        machine_id: 0000000000000000000000005eed0000
+        numa_nodes: {"0": {"cpulist": "0-3"}, "1": {"cpulist": "4-7"}}
     devices:
       description: RDMA devices by name, each with PCI, NUMA, netdevs, uverbs node and ports (GID tables).
       type: dict
+      sample:
+        mlx5_0:
+          node_type: {num: 1, name: CA}
+          node_guid: 0c42:a103:0000:0010
+          fw_ver: 16.35.2000
+          pci: {bdf: "0000:3b:00.0", vendor: "0x15b3", device: "0x1017"}
+          numa_node: 0
+          netdevs: [ens1f0]
+          uverbs: uverbs0
+          ports:
+            "1":
+              state: {num: 4, name: ACTIVE}
+              link_layer: Ethernet
+              gid_tbl_len: 256
+              gids_unused: 252
+              gids:
+                - {index: 3, gid: "0000:0000:0000:0000:0000:ffff:c633:640a", type: RoCE v2, ndev: ens1f0,
+                   ipv4: 198.51.100.10, ipv6_kind: ipv4-mapped}
     netdevs:
       description: Network interfaces by name (operstate, MAC, MTU, PCI function, RDMA devices).
       type: dict
+      sample:
+        ens1f0: {operstate: up, mac: "0c:42:a1:00:00:10", mtu: 1500, ifindex: 4, type: 1,
+                 pci_bdf: "0000:3b:00.0", rdma_devices: [mlx5_0]}
     errors:
       description: One entry per unreadable or malformed file (path, file, value, error).
       type: list
       elements: dict
+      sample: []
     verbs:
       description: The pyverbs cross-check (status not_requested, skipped or checked; reason; mismatches).
       type: dict
+      sample: {status: skipped, reason: "pyverbs not importable: No module named 'pyverbs'", devices: 0, comparisons: 0,
+               mismatches: []}
 save_to:
   description: What happened to O(save_to); null when it is not set.
   returned: success
@@ -98,12 +140,20 @@ save_to:
     path:
       description: The path.
       type: str
+      sample: /var/tmp/orbite/inventory-before.json
     changed:
       description: Whether the file's content changed (or would, in check mode).
       type: bool
+      sample: true
     written:
       description: Whether the file was written (never in check mode).
       type: bool
+      sample: true
+code:
+  description: Stable failure code (a missing O(root), a refused O(save_to), ...).
+  returned: failure
+  type: str
+  sample: inventory.error
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -15,7 +15,10 @@ description:
   - Shares no code with any runner. A missing, truncated or malformed receipt is a coded FAIL.
   - The module does not fail on a FAIL verdict; the P(orbite.qualification.result_check#role) role does.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_posix
 options:
   run_dir:
     description: The run directory holding C(run.json) and C(cases/<case>/...).
@@ -39,9 +42,15 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode the verdict is computed and returned but no file is written.
+    details:
+      - In check mode the verdict is computed and returned but no file is written.
   diff_mode:
     support: none
+seealso:
+  - module: orbite.qualification.run_plan
+    description: Writes the plan (C(run.json), each C(case.json)) this module verifies against.
+  - module: orbite.qualification.runner
+    description: Runs the engine runners whose receipts this module reads.
 """
 
 EXAMPLES = r"""
@@ -57,39 +66,66 @@ verdict:
   description: C(PASS) when every case passed every rule that applies to it, else C(FAIL).
   returned: always
   type: str
+  sample: PASS
 complete:
   description: False for a partial verdict (O(partial=true)).
   returned: always
   type: bool
+  sample: true
 diagnostic_only:
   description: True when the run was made with a dirty build (C(allow_dirty)); such a PASS qualifies nothing.
   returned: always
   type: bool
+  sample: false
 counts:
   description: Rule findings passed, failed and skipped, and cases in all and failed.
   returned: always
   type: dict
+  sample: {pass: 112, fail: 0, skip: 6, cases: 2, cases_failed: 0}
 failed_codes:
   description: The codes of the rules that failed, in order of first failure.
   returned: always
   type: list
   elements: str
+  sample: []
 reports:
   description: Paths of the JSON, JUnit XML and Markdown verdicts (not written in check mode).
   returned: always
   type: dict
+  contains:
+    json:
+      description: Path of C(verdict.json).
+      type: str
+      sample: /var/tmp/orbite-runs/ra-1/verdict.json
+    junit:
+      description: Path of C(verdict.xml).
+      type: str
+      sample: /var/tmp/orbite-runs/ra-1/verdict.xml
+    markdown:
+      description: Path of C(verdict.md).
+      type: str
+      sample: /var/tmp/orbite-runs/ra-1/verdict.md
 cases:
   description: Per case its verdict and the codes that failed.
   returned: always
   type: list
   elements: dict
+  sample:
+    - {case: read-polling, verdict: PASS, failed: []}
+    - {case: write-events, verdict: PASS, failed: []}
+code:
+  description: Stable failure code; C(run_dir.missing) when O(run_dir) is not a directory.
+  returned: failure
+  type: str
+  sample: run_dir.missing
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import report_paths, verify_run
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import report_paths
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
 
 def main():

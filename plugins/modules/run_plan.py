@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -12,7 +12,10 @@ description:
     host it runs on (the controller). The verifier reads exactly this plan.
   - Refuses a directory that already holds another run's plan, so receipts of two runs never mix.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_posix
 options:
   run_dir:
     description: The run directory.
@@ -23,16 +26,32 @@ options:
     type: str
     required: true
   cases:
-    description: The planned cases, each C(id) and validated C(profile) (and optionally C(workload)).
+    description: The planned cases, in run order.
     type: list
     elements: dict
     required: true
+    suboptions:
+      id:
+        description:
+          - The case ID, unique in the run; it names C(cases/<id>/).
+          - 1 to 64 ASCII letters, digits, C(.), C(_) or C(-), starting with a letter or digit.
+        type: str
+        required: true
+      profile:
+        description: The case's validated profile (RV(orbite.qualification.profile_info#module:profile)).
+        type: dict
+        required: true
+      workload:
+        description:
+          - The workload derived from the profile (RV(orbite.qualification.profile_info#module:workload)).
+          - Accepted and not written; the verifier derives the workload from the profile itself.
+        type: dict
   allow_dirty:
     description: The run uses a dirty build's manifest (diagnosis only; the verdict says so).
     type: bool
     default: false
   runner_kind:
-    description: C(sim) or C(native).
+    description: C(sim) (the simulated runner) or C(native) (the installed binary).
     type: str
     choices: [sim, native]
     default: sim
@@ -44,8 +63,15 @@ options:
 attributes:
   check_mode:
     support: full
+    details:
+      - Reports whether the plan would be written, writing nothing.
   diff_mode:
     support: none
+seealso:
+  - module: orbite.qualification.profile_info
+    description: Validates each case's profile and derives its workload.
+  - module: orbite.qualification.result_check
+    description: Verifies the run against this plan.
 """
 
 EXAMPLES = r"""
@@ -63,6 +89,12 @@ run_json:
   description: Path of C(run.json).
   returned: success
   type: str
+  sample: /var/tmp/orbite-runs/ra-1/run.json
+code:
+  description: Stable failure code (C(run_plan.invalid) for bad cases or another run's directory).
+  returned: failure
+  type: str
+  sample: run_plan.invalid
 """
 
 import os
@@ -77,7 +109,11 @@ def main():
         argument_spec={
             "run_dir": {"type": "path", "required": True},
             "run_id": {"type": "str", "required": True},
-            "cases": {"type": "list", "elements": "dict", "required": True},
+            "cases": {"type": "list", "elements": "dict", "required": True, "options": {
+                "id": {"type": "str", "required": True},
+                "profile": {"type": "dict", "required": True},
+                "workload": {"type": "dict"},
+            }},
             "allow_dirty": {"type": "bool", "default": False},
             "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
             "defects": {"type": "list", "elements": "str", "default": []},

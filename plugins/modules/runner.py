@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -15,9 +15,14 @@ description:
   - For the source, O(state=started) returns only once the runner wrote C(ready.json) (it listens on
     its service address), so the requester can be started next (an explicit readiness barrier). It
     fails at once if the source exits first.
-  - O(state=finished) waits for the child to exit (up to O(timeout)) and returns its exit status.
+  - O(state=finished) waits for the child to exit (up to O(timeout)), renewing the supervisor's
+    lease meanwhile, and returns its exit status.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_linux
+  - orbite.qualification._root
 options:
   state:
     description: Launch the runner, or wait for a launched one to finish.
@@ -27,7 +32,7 @@ options:
   supervisor_run_dir:
     description:
       - The private run directory of the node's supervisor
-        (returned by P(orbite.qualification.node_supervisor#module)).
+        (RV(orbite.qualification.node_supervisor#module:run_dir)).
     type: path
     required: true
   runner_argv:
@@ -54,26 +59,52 @@ options:
     default: 1
   profile:
     description:
-      - The validated profile (from P(orbite.qualification.profile_info#module)).
+      - The validated profile (RV(orbite.qualification.profile_info#module:profile)), written into the
+        case file as it is; its fields are listed in C(docs/profiles.md).
       - Required with O(state=started).
     type: dict
-  root:
-    description:
-      - The host root the runner reads C(/sys) and C(/proc) from (a fake host's directory in the simulated lab).
-    type: path
-    default: /
   rails:
-    description: The node's two rails (device, port, gid_index); required unless the profile has C(discovery=auto).
+    description:
+      - The node's two rails in rail order (index 0 is rail 0; bit I(i) of the profile's C(mask) enables rail I(i)).
+      - Required unless the profile has C(discovery=auto); ignored with it (O(discovery) is used instead).
     type: list
     elements: dict
+    suboptions:
+      device:
+        description: RDMA device name, as under C(/sys/class/infiniband).
+        type: str
+        required: true
+      port:
+        description: Port number on the device (1 or more).
+        type: int
+        required: true
+      gid_index:
+        description: Index of the RoCE v2 GID to use in the port's GID table (0..255).
+        type: int
+        required: true
   discovery:
-    description: C(whitelist) and C(blacklist) of device names, with C(discovery=auto).
+    description:
+      - Device filter for the engine's automatic discovery, with C(discovery=auto) in the profile.
+        Defaults to empty lists.
     type: dict
+    suboptions:
+      whitelist:
+        description:
+          - Device names discovery may choose.
+          - When not empty it takes precedence (a device in both lists is kept).
+        type: list
+        elements: str
+        default: []
+      blacklist:
+        description: Device names discovery must not choose.
+        type: list
+        elements: str
+        default: []
   service_address:
-    description: The source's rendezvous address C(host:port) (port 0 lets it choose).
+    description: The source's rendezvous address C(host:port) (port 0 lets it choose). Required for the source.
     type: str
   peer_address:
-    description: The requester's peer, the source's ready address.
+    description: The requester's peer, the source's ready address. Required for the requester.
     type: str
   registration_id:
     description: The engine's registration ID (kept across generations). Required with O(state=started).
@@ -90,13 +121,24 @@ options:
     default: []
   ld_preload:
     description:
-      - Native observer libraries to load by C(LD_PRELOAD), each C(path) and C(sha256); a library
-        whose hash differs is refused. Only for a native runner and only where the mode needs them.
+      - Native observer libraries to load by C(LD_PRELOAD), in load order. A library whose sha256
+        differs from its pin is refused. Only for a native runner and only where the mode needs them.
     type: list
     elements: dict
     default: []
+    suboptions:
+      path:
+        description: Absolute path of the library on the node (an existing regular file).
+        type: path
+        required: true
+      sha256:
+        description: The library's pinned sha256 (from the installation manifest), lower-case hex.
+        type: str
+        required: true
   env:
-    description: Extra environment for the runner (C(LD_PRELOAD) and C(RDMAV_ALLOW_DISASSOC_DESTROY) are dropped).
+    description:
+      - Extra environment for the runner, variable name to value.
+      - C(LD_PRELOAD) and C(RDMAV_ALLOW_DISASSOC_DESTROY) are dropped.
     type: dict
     default: {}
   defects:
@@ -109,7 +151,7 @@ options:
     type: float
     default: 60
   child_id:
-    description: The supervisor's child ID of the runner, with O(state=finished).
+    description: The supervisor's child ID of the runner (C(child_id) of RV(child)), with O(state=finished).
     type: str
   timeout:
     description: Seconds to wait for the runner to exit, with O(state=finished).
@@ -118,16 +160,25 @@ options:
 attributes:
   check_mode:
     support: partial
-    details: With O(state=started) check mode validates the input and returns the case file without launching.
+    details:
+      - With O(state=started) check mode validates the input and returns the case file without launching.
+      - With O(state=finished) check mode does nothing.
   diff_mode:
     support: none
+seealso:
+  - module: orbite.qualification.node_supervisor
+    description: Start the supervisor the runner runs under, and stop it afterwards.
+  - module: orbite.qualification.supervised_process
+    description: The generic launch, wait and signal of supervised children.
+  - module: orbite.qualification.profile_info
+    description: Validate the profile passed in O(profile).
 """
 
 EXAMPLES = r"""
 - name: Start the source runner and wait until it listens
   orbite.qualification.runner:
     supervisor_run_dir: "{{ node_supervisor_run_dir }}"
-    runner_argv: ["/usr/bin/python3", "/opt/orbite/sim/orbite_sim_runner.py"]
+    runner_argv: ["/usr/bin/python3", "/opt/orbite/orbite-sim-runner.pyz"]
     output_dir: /var/tmp/orbite/run-1/read-polling/source/g1
     role: source
     run_id: run-1
@@ -148,25 +199,65 @@ EXAMPLES = r"""
 
 RETURN = r"""
 child:
-  description: The supervisor's record of the runner child (child_id, pid, start_time, exit_code, exit_signal).
+  description:
+    - The supervisor's record of the runner child (see RV(orbite.qualification.supervised_process#module:child)).
   returned: when launched or waited for
   type: dict
+  sample:
+    child_id: c1
+    pid: 8656
+    start_time: 76326
+    argv: [/usr/bin/python3, /opt/orbite/orbite-sim-runner.pyz,
+           --case, /var/tmp/orbite/ra-1/read-polling/source/g1/case.json,
+           --output, /var/tmp/orbite/ra-1/read-polling/source/g1]
+    running: false
+    exit_code: 0
+    exit_signal: null
+    exit_signal_name: null
+    started_at: "2026-11-30T20:20:10.972771Z"
 case:
   description: The case file that would be written (check mode).
-  returned: check mode
+  returned: check mode with O(state=started)
   type: dict
+  sample: {schema: orbite.runner-case, version: 1, protocol: orbite-installed-host-v4, run_id: ra-1, role: source,
+           generation: 1, profile: {mode: installed-rail-accounting, operation: read}, root: /,
+           registration_id: ra-1-read-polling-source, observers: [],
+           rails: [{device: mlx5_0, port: 1, gid_index: 3}, {device: mlx5_1, port: 1, gid_index: 3}],
+           service_address: "192.0.2.10:7471"}
+ld_preload:
+  description: The checked library paths that would be preloaded (check mode).
+  returned: check mode with O(state=started)
+  type: list
+  elements: str
+  sample: [/opt/orbite/lib/liborbite_accounting.so]
 case_path:
   description: Path of the case file on the node.
-  returned: state=started
+  returned: O(state=started), not in check mode
   type: str
+  sample: /var/tmp/orbite/ra-1/read-polling/source/g1/case.json
+output_dir:
+  description: The runner's output directory on the node.
+  returned: O(state=started), not in check mode
+  type: str
+  sample: /var/tmp/orbite/ra-1/read-polling/source/g1
 ready:
-  description: The source's C(ready.json) (bound service address, data address, epoch, pid).
-  returned: state=started and role=source
+  description: The source's C(ready.json) (bound service address, data address, epoch, pid); null for the requester.
+  returned: O(state=started), not in check mode
   type: dict
+  sample: {schema: orbite.runner-ready, version: 1, protocol: orbite-installed-host-v4, pid: 8656, role: source,
+           generation: 1, epoch: 8781239018231, registration_id: ra-1-read-polling-source,
+           service_address: "127.0.0.11:40123", data_address: "127.0.0.11:40124"}
 ledger:
   description: Path where the runner writes its ledger.
-  returned: success
+  returned: success, not in check mode
   type: str
+  sample: /var/tmp/orbite/ra-1/read-polling/source/g1/ledger.json
+code:
+  description: Stable failure code (C(bad_input), C(hash_mismatch), C(output_not_empty), C(launch_failed),
+    C(exited_before_ready), C(ready_timeout), C(timeout), ...).
+  returned: failure
+  type: str
+  sample: hash_mismatch
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -188,14 +279,24 @@ def main():
             "generation": {"type": "int", "default": 1},
             "profile": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
-            "rails": {"type": "list", "elements": "dict"},
-            "discovery": {"type": "dict"},
+            "rails": {"type": "list", "elements": "dict", "options": {
+                "device": {"type": "str", "required": True},
+                "port": {"type": "int", "required": True},
+                "gid_index": {"type": "int", "required": True},
+            }},
+            "discovery": {"type": "dict", "options": {
+                "whitelist": {"type": "list", "elements": "str", "default": []},
+                "blacklist": {"type": "list", "elements": "str", "default": []},
+            }},
             "service_address": {"type": "str"},
             "peer_address": {"type": "str"},
             "registration_id": {"type": "str"},
             "peer_registration_id": {"type": "str"},
             "observers": {"type": "list", "elements": "str", "default": []},
-            "ld_preload": {"type": "list", "elements": "dict", "default": []},
+            "ld_preload": {"type": "list", "elements": "dict", "default": [], "options": {
+                "path": {"type": "path", "required": True},
+                "sha256": {"type": "str", "required": True},
+            }},
             "env": {"type": "dict", "default": {}},
             "defects": {"type": "list", "elements": "str", "default": []},
             "ready_timeout": {"type": "float", "default": 60},

@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -21,7 +21,10 @@ description:
     what the lab's record says it created; a directory the lab did not create is never touched.
   - Runs on the controller (the lab lives there).
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_linux
 options:
   name:
     description:
@@ -86,10 +89,19 @@ options:
 attributes:
   check_mode:
     support: full
+    details:
+      - Reports whether the host would be created, restarted or destroyed, changing nothing.
   diff_mode:
     support: none
+requirements:
+  - For O(kind=namespaced) only, root, util-linux C(unshare), OpenSSH C(sshd) and C(ssh-keygen) on the controller.
 notes:
   - The lab layout and how to reach the hosts are documented in C(docs/sim-lab.md).
+seealso:
+  - module: orbite.qualification.node_identity
+    description: Reads a fake host's identity through its O(orbite.qualification.node_identity#module:root).
+  - module: orbite.qualification.rdma_inventory
+    description: Records a fake host's RDMA inventory through its O(orbite.qualification.rdma_inventory#module:root).
 """
 
 EXAMPLES = r"""
@@ -97,7 +109,7 @@ EXAMPLES = r"""
   orbite.qualification.sim_host:
     name: sim-a
     index: 0
-    lab_dir: "{{ playbook_dir }}/../out/sim-lab"
+    lab_dir: /var/tmp/orbite/sim-lab
 
 - name: A namespaced fake host reached over SSH on 127.0.0.1:2221
   orbite.qualification.sim_host:
@@ -125,43 +137,74 @@ host:
     name:
       description: Host name (also its hostname).
       type: str
+      sample: sim-a
     kind:
       description: C(local) or C(namespaced).
       type: str
+      sample: local
     index:
       description: The host's index in the lab.
       type: int
+      sample: 0
     root:
       description: The host's root directory in the lab.
       type: str
+      sample: /home/user/.cache/orbite/sim-lab/sim-a
     orbite_root:
       description: The C(root) option node-side modules must use on this host (C(/) when namespaced).
       type: str
+      sample: /home/user/.cache/orbite/sim-lab/sim-a
     lock_dir:
       description: The host's lock dir as node-side modules see it.
       type: str
+      sample: /home/user/.cache/orbite/sim-lab/sim-a/run/orbite/locks
     hostname:
       description: The host's hostname.
       type: str
+      sample: sim-a
     boot_id:
       description: The host's current boot ID.
       type: str
+      sample: e5a05169-2f27-4f32-a880-94e735df8c63
     rails:
       description: Per RNIC port, C(device), C(port), C(gid_index) (RoCE v2, IPv4), C(netdev), C(ipv4),
         C(numa_node) and C(mac).
       type: list
       elements: dict
+      sample:
+        - {device: mlx5_0, port: 1, gid_index: 3, netdev: ens1f0, ipv4: 198.51.100.10, numa_node: 0,
+           mac: "0c:42:a1:00:00:10"}
+        - {device: mlx5_1, port: 1, gid_index: 3, netdev: ens2f0, ipv4: 198.51.100.11, numa_node: 1,
+           mac: "0c:42:a1:00:01:10"}
     ssh:
       description: Namespaced hosts only; C(address), C(port), C(user), C(host_key) and C(known_hosts_line).
       type: dict
+      sample:
+        address: 127.0.0.1
+        port: 2221
+        user: root
+        host_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHq1b3dNkqS1p7H9m2yYgk0Qf3xJ8f0m4Zb2tq9X5c1R sim-a
+        known_hosts_line: >-
+          [127.0.0.1]:2221 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHq1b3dNkqS1p7H9m2yYgk0Qf3xJ8f0m4Zb2tq9X5c1R
     processes:
       description: Namespaced hosts only; the recorded C(holder) and C(init) processes (pid, start time,
         machine boot ID) and the C(mount_namespace).
       type: dict
+      sample:
+        holder: {pid: 48211, start_time: 1234567, machine_boot_id: 4f0c7d3e-5a61-4d7b-9a55-0d1f6f2b9e10}
+        init: {pid: 48230, start_time: 1234570, machine_boot_id: 4f0c7d3e-5a61-4d7b-9a55-0d1f6f2b9e10}
+        mount_namespace: "mnt:[4026532801]"
     ended_pids:
       description: O(state=absent) only; pids of the lab processes that were running and were ended.
       type: list
       elements: int
+      sample: [48211, 48230]
+code:
+  description:
+    - Stable failure code of the lab (bad name or index, a directory the lab did not create, a failed start, ...).
+  returned: failure
+  type: str
+  sample: sim.lab
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -190,7 +233,7 @@ def main():
             "ssh_user": {"type": "str"},
             "sshd": {"type": "path", "default": "/usr/sbin/sshd"},
             "unshare": {"type": "str", "default": "unshare"},
-            "ssh_keygen": {"type": "str", "default": "ssh-keygen"},
+            "ssh_keygen": {"type": "str", "default": "ssh-keygen", "no_log": False},  # a program name, not a key
         },
         supports_check_mode=True,
     )

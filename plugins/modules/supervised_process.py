@@ -1,6 +1,6 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 
 DOCUMENTATION = r"""
 ---
@@ -17,37 +17,40 @@ description:
   - V(wait) waits up to O(timeout) seconds for the child to exit.
   - V(signal) sends O(signal) to the one child named by O(child_id), O(pid) and O(start_time); a
     mismatch (for example a reused pid) is refused. With O(reap) it waits for the exit status.
+  - One of O(run_id) and O(run_dir) is required.
 author:
-  - OrbiTE qualification team
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_linux
+  - orbite.qualification._root
+  - orbite.qualification._supervisor
 options:
   action:
-    description: What to do.
+    description:
+      - What to do.
+      - V(launch) requires O(argv); V(wait) requires O(child_id); V(signal) requires O(child_id),
+        O(pid) and O(start_time).
     type: str
     choices: [launch, wait, signal]
     required: true
-  run_id:
-    description: The run whose supervisor to use (locates C(<root>/run/orbite/supervisors/<run_id>)).
-    type: str
-  run_dir:
-    description: The supervisor's run directory; overrides O(run_id) and O(root).
-    type: path
-  root:
-    description: The host root used with O(run_id).
-    type: path
-    default: /
   argv:
     description: V(launch) only; the command as a list; C(argv[0]) must be an absolute path of an executable.
     type: list
     elements: str
   env:
-    description: V(launch) only; the child's whole environment (nothing is inherited).
+    description:
+      - V(launch) only; the child's whole environment, variable name to value (nothing is inherited).
+      - Values are passed as strings.
     type: dict
     default: {}
   cwd:
     description: V(launch) only; working directory (absolute, existing).
     type: path
   ld_preload:
-    description: V(launch) only; libraries for C(LD_PRELOAD), absolute paths of existing regular files.
+    description:
+      - V(launch) only; libraries for C(LD_PRELOAD), absolute paths of existing regular files
+        (no spaces or colons), in load order.
     type: list
     elements: path
     default: []
@@ -81,9 +84,16 @@ options:
 attributes:
   check_mode:
     support: partial
-    details: V(wait) runs in check mode (it changes nothing); V(launch) and V(signal) are skipped.
+    details:
+      - V(wait) runs in check mode (it changes nothing); V(launch) and V(signal) only check that the
+        supervisor answers.
   diff_mode:
     support: none
+seealso:
+  - module: orbite.qualification.node_supervisor
+    description: Start and stop the supervisor whose children this module handles.
+  - module: orbite.qualification.runner
+    description: Launch an engine runner (case file, pinned observers, readiness) through the supervisor.
 """
 
 EXAMPLES = r"""
@@ -116,34 +126,67 @@ child:
     child_id:
       description: Child id, unique within the supervisor.
       type: str
+      sample: c1
     pid:
       description: Process id.
       type: int
+      sample: 8656
     start_time:
       description: Start time in clock ticks since boot (from C(/proc/<pid>/stat)).
       type: int
+      sample: 76326
+    argv:
+      description: The command the child runs.
+      type: list
+      elements: str
+      sample: [/opt/orbite/bin/orbite-rdma-host, --role, source]
     running:
       description: Whether the child still runs.
       type: bool
+      sample: false
     exit_code:
       description: Exit code, or null (still running or killed by a signal).
       type: int
+      sample: 0
     exit_signal:
       description: Number of the signal that ended it, or null.
       type: int
+      sample: 9
+    exit_signal_name:
+      description: Name of the signal that ended it, or null.
+      type: str
+      sample: SIGKILL
+    started_at:
+      description: When the supervisor started the child (UTC, ISO 8601).
+      type: str
+      sample: "2026-11-30T20:20:10.972771Z"
 timed_out:
   description: V(wait) only; true when the child still ran at the timeout.
   returned: action is wait
   type: bool
+  sample: false
 env_stripped:
   description: V(launch) only; environment keys removed from O(env).
   returned: action is launch
   type: list
   elements: str
+  sample: [RDMAV_ALLOW_DISASSOC_DESTROY]
 error:
   description: Stable failure code from the supervisor (C(signal_refused), C(unknown_child), ...).
   returned: failure
   type: str
+  sample: unknown_child
+skipped_reason:
+  description: V(launch) and V(signal) in check mode; why nothing was done.
+  returned: check mode, action is launch or signal
+  type: str
+  sample: check mode
+code:
+  description:
+    - Stable failure code; the supervisor's own code (as in RV(error)) when it refused, else C(supervisor.error).
+  returned: failure
+  type: str
+  sample: unknown_child
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -155,6 +198,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     default_run_dir,
 )
 
+# Options each action needs; required_if is keyed on the option name "action", never on its value.
 _NEEDS = {"launch": ("argv",), "wait": ("child_id",), "signal": ("child_id", "pid", "start_time")}
 
 
@@ -179,7 +223,7 @@ def main():
             "timeout": {"type": "float", "default": 30},
         },
         required_one_of=[("run_id", "run_dir")],
-        required_if=[(action, action, needs) for action, needs in _NEEDS.items()],
+        required_if=[("action", value, needs) for value, needs in _NEEDS.items()],
         supports_check_mode=True,
     )
     p = module.params

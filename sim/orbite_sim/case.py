@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Load and validate a runner case file (docs/runner-contract.md section 2).
 
 Every rule broken gives a CaseError whose message names the field, the value and the rule. Nothing
@@ -90,7 +92,7 @@ def parse_address(text, path):
         if not sep:
             _fail(path, text, "IPv6 addresses must be written '[addr]:port'")
     else:
-        host, _, port = text.rpartition(":")
+        host, _sep, port = text.rpartition(":")
         if ":" in host:
             _fail(path, text, "IPv6 addresses must be written '[addr]:port'")
     if not host or not port.isdigit() or int(port) > 65535:

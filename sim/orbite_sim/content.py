@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Seeded input, guards and the byte/guard checks of one destination region.
 
 Layout of the arena (the ``data`` MR): parent p's region starts at ``p * stride``; it is
@@ -98,8 +100,8 @@ def check_region(arena, parent, expected, guard_seed):
     off = region_offset(parent, payload)
     mismatched, first = _diff(arena, off, expected.parent(parent))
     lead, trail = guard_bytes(guard_seed, parent)
-    lead_changed, _ = _diff(arena, off - GUARD_BYTES, lead)
-    trail_changed, _ = _diff(arena, off + payload, trail)
+    lead_changed = _diff(arena, off - GUARD_BYTES, lead)[0]
+    trail_changed = _diff(arena, off + payload, trail)[0]
     byte_check = {"checked_bytes": payload, "mismatched_bytes": mismatched, "first_mismatch": first,
                   "ok": mismatched == 0}
     guard_check = {"guard_bytes": GUARD_BYTES, "leading_changed": lead_changed,

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Typed errors of the simulated engine and the exit codes of docs/runner-contract.md section 5."""
 
 EXIT_OK = 0

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The ledger document (docs/receipts.md section 1) and atomic writes of it and of ready.json."""
 
 import json

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The modelled accounting observer: writes the observer log of docs/receipts.md section 2.
 
 Like the native ``accounting`` LD_PRELOAD tool it only sees the verbs layer: each accepted payload

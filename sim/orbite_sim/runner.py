@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Command line of the simulated runner and the mapping of outcomes to exit codes."""
 
 import argparse
@@ -7,7 +9,6 @@ import traceback
 
 from . import PROTOCOL
 from .case import load_case
-from .engine import RequesterEngine, SourceEngine
 from .errors import (
     EXIT_CASE_ERROR,
     EXIT_CHECK_FAILED,
@@ -17,6 +18,8 @@ from .errors import (
     EngineError,
 )
 from .ledger import Ledger
+from .requester import RequesterEngine
+from .source import SourceEngine
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse(argv):
-    parser = _Parser(prog="orbite_sim_runner.py", description="Simulated OrbiTE engine runner ("
+    parser = _Parser(prog="orbite-sim-runner", description="Simulated OrbiTE engine runner ("
                      + PROTOCOL + "); see docs/runner-contract.md.")
     parser.add_argument("--protocol", action="store_true", help="print the protocol string and exit")
     parser.add_argument("--case", help="case file (JSON, schema orbite.runner-case v1)")
@@ -94,25 +97,7 @@ def main(argv=None):
         ledger.doc["errors"].append(EngineError("Internal", "runner", f"{type(exc).__name__}: {exc}").as_dict())
         code = EXIT_INTERNAL
     if engine is not None:
-        _best_effort_close(engine)
+        engine.abort()
         engine.totals()
     ledger.finish("complete" if code == EXIT_OK else "failed", code)
     return code
-
-
-def _best_effort_close(engine):
-    """After a failure: stop threads and release what is still held, so the ledger can say what stayed."""
-    if engine.doc["teardown"] is not None:
-        return
-    for closer in (getattr(engine.nic, "stop", None), getattr(engine.rv, "close", None)):
-        if closer is not None:
-            try:
-                closer()
-            except Exception as exc:  # recorded, never raised: the original error is the one that counts
-                print(f"orbite-runner: cleanup: {exc}", file=sys.stderr)
-    for listener in getattr(engine, "listeners", []):
-        listener.close()
-    try:
-        engine.teardown(getattr(engine, "all_qps", []), {})
-    except Exception as exc:
-        print(f"orbite-runner: teardown: {exc}", file=sys.stderr)

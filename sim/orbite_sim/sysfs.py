@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Read RNICs from a host root (real ``/`` or a fake host) and do ``discovery: auto``.
 
 Paths follow the kernel's layout (docs/runner-contract.md section 6). A missing or unreadable file
@@ -137,8 +139,7 @@ def _pick_roce_v2(root, device, port):
             found.append((0 if is_ipv4_mapped(entry["gid"]) else 1, index, entry))
     if not found:
         return None
-    _, index, entry = min(found, key=lambda item: (item[0], item[1]))
-    return index, entry
+    return min(found, key=lambda item: (item[0], item[1]))[1:]
 
 
 def discover(root, whitelist, blacklist):

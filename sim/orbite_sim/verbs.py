@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The modelled verbs layer: contexts, PDs, MRs, CQs, completion channels and QPs.
 
 It behaves like the parts of libibverbs the engine relies on, so the engine above it is exercised
@@ -112,6 +114,21 @@ class WorkRequest:
         self.rkey = rkey
 
 
+class _Owner:
+    """A verbs object that is an owner in its context's resource table until released (once)."""
+
+    def _own(self, context, kind, handle):
+        self.context = context
+        self.handle = handle
+        self.live = True
+        context.table.acquire(kind, handle)
+
+    def _release(self):
+        if self.live:
+            self.context.table.release(self.handle)
+            self.live = False
+
+
 class Context:
     def __init__(self, table, alloc, rail, device, observer=None):
         self.table = table
@@ -145,51 +162,38 @@ class Context:
             self.closed = True
 
 
-class ProtectionDomain:
+class ProtectionDomain(_Owner):
     def __init__(self, context):
-        self.context = context
-        self.handle = f"pd-{context.rail}"
-        self.live = True
-        context.table.acquire("pd", self.handle)
+        self._own(context, "pd", f"pd-{context.rail}")
 
     def dealloc(self):
-        if self.live:
-            self.context.table.release(self.handle)
-            self.live = False
+        self._release()
 
 
-class MemoryRegion:
+class MemoryRegion(_Owner):
     def __init__(self, pd, buffer, kind):
         ctx = pd.context
         self.pd = pd
-        self.context = ctx
         self.kind = kind
-        self.handle = f"mr-{ctx.rail}-{kind}"
         self.buf = buffer
         self.length = len(buffer)
         self.lkey = ctx.alloc.next_key()
         self.rkey = ctx.alloc.next_key()
-        self.live = True
-        ctx.table.acquire("mr", self.handle)
+        self._own(ctx, "mr", f"mr-{ctx.rail}-{kind}")
 
     def dereg(self):
-        if self.live:
-            self.context.table.release(self.handle)
-            self.live = False
+        self._release()
 
 
-class CompletionChannel:
+class CompletionChannel(_Owner):
     """A pipe: the NIC writes one byte per event; the engine selects on ``fileno()``."""
 
     def __init__(self, context):
-        self.context = context
-        self.handle = f"ch-{context.rail}"
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         self._events = collections.deque()
         self.acked = 0
-        self.live = True
-        context.table.acquire("channel", self.handle)
+        self._own(context, "channel", f"ch-{context.rail}")
 
     def fileno(self):
         return self._r
@@ -214,22 +218,18 @@ class CompletionChannel:
         if self.live:
             os.close(self._r)
             os.close(self._w)
-            self.context.table.release(self.handle)
-            self.live = False
+            self._release()
 
 
-class CompletionQueue:
+class CompletionQueue(_Owner):
     def __init__(self, context, depth, channel):
-        self.context = context
         self.depth = depth
         self.channel = channel
-        self.handle = f"cq-{context.rail}"
         self._entries = collections.deque()
         self._lock = threading.Lock()
         self._armed = False
         self.arms = 0
-        self.live = True
-        context.table.acquire("cq", self.handle)
+        self._own(context, "cq", f"cq-{context.rail}")
 
     def push(self, cqe):
         """Called by the NIC thread: a completion lands; an armed CQ signals its channel once."""
@@ -265,9 +265,7 @@ class CompletionQueue:
         return out
 
     def destroy(self):
-        if self.live:
-            self.context.table.release(self.handle)
-            self.live = False
+        self._release()
 
 
 class QueuePair:

@@ -1,4 +1,6 @@
-"""The two channels between the peers.
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""The two connections between the peers: setting them up, rendezvous messages and data-channel frames.
 
 Rendezvous: a TCP connection carrying length-prefixed JSON control messages (4-byte big-endian
 length, then UTF-8 JSON). Every message has ``kind``, the sender's ``epoch`` and the ``peer_epoch``
@@ -16,7 +18,9 @@ import queue
 import socket
 import struct
 import threading
+import time
 
+from .case import format_address
 from .errors import EngineError, peer_lost, protocol_error
 
 RV_LEN = struct.Struct("!I")
@@ -32,6 +36,61 @@ BIND = 5  # first frame on a data connection: wr_id = the session token from WEL
 FLAG_OOB = 1  # payload travelled on the rendezvous connection (defect payload_over_rendezvous)
 
 _EOF = object()
+
+
+def listen(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4)
+    return sock
+
+
+def accept(listener, timeout, what):
+    """The next connection on ``listener``, tuned; Timeout (a typed error) after ``timeout`` seconds."""
+    listener.settimeout(timeout)
+    try:
+        sock = listener.accept()[0]
+    except socket.timeout:
+        raise EngineError("Timeout", "accept", f"no {what} connection within {timeout:g} s") from None
+    sock.settimeout(None)
+    _tune(sock)
+    return sock
+
+
+def connect(host, port, timeout, what):
+    """A tuned connection to ``host:port``, retried until ``timeout`` (the peer may not listen yet)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            sock = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
+            sock.settimeout(None)
+            _tune(sock)
+            return sock
+        except OSError as exc:
+            last = exc
+            time.sleep(0.05)
+    raise EngineError("Timeout", "connect", f"{what} {format_address(host, port)} unreachable "
+                      f"within {timeout:g} s ({last})")
+
+
+def _tune(sock):
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        except OSError:
+            pass  # the kernel's limit stays; only throughput suffers
+
+
+def _shutdown(sock):
+    """Wake up a thread blocked reading ``sock``; the socket may already be gone."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def recv_exact_into(sock, view):
@@ -87,14 +146,18 @@ class Rendezvous:
             bucket["messages_sent"] += 1
             bucket["bytes_sent"] += len(frame)
 
-    def recv(self, timeout, expect):
-        """Next control message; its kind must be in ``expect``; epochs are checked."""
+    def _take(self, box, timeout, what):
         try:
-            msg = self.control.get(timeout=timeout)
+            msg = box.get(timeout=timeout)
         except queue.Empty:
-            raise EngineError("Timeout", "rendezvous", f"no {'/'.join(expect)} within {timeout:g} s") from None
+            raise EngineError("Timeout", "rendezvous", f"no {what} within {timeout:g} s") from None
         if msg is _EOF:
             raise peer_lost("rendezvous", f"peer closed the rendezvous connection ({self.closed_reason})")
+        return msg
+
+    def recv(self, timeout, expect):
+        """Next control message; its kind must be in ``expect``; epochs are checked."""
+        msg = self._take(self.control, timeout, "/".join(expect))
         kind = msg.get("kind")
         if kind == "ERROR":
             raise EngineError(msg.get("error", "ProtocolError"), msg.get("operation", "rendezvous"),
@@ -113,13 +176,8 @@ class Rendezvous:
                               f"peer epoch changed from {self.peer_epoch} to {msg.get('epoch')}")
 
     def recv_payload(self, timeout):
-        try:
-            msg = self.payload.get(timeout=timeout)
-        except queue.Empty:
-            raise EngineError("Timeout", "rendezvous", f"no PAYLOAD within {timeout:g} s") from None
-        if msg is _EOF:
-            raise peer_lost("rendezvous", "peer closed the rendezvous connection")
-        return msg
+        """Next PAYLOAD message (defect payload_over_rendezvous only)."""
+        return self._take(self.payload, timeout, "PAYLOAD")
 
     def _read_loop(self):
         head = bytearray(RV_LEN.size)
@@ -147,10 +205,7 @@ class Rendezvous:
         self.payload.put(_EOF)
 
     def close(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        _shutdown(self.sock)
         self.sock.close()
         self._reader.join(timeout=5)
 
@@ -223,10 +278,7 @@ class DataChannel:
             left -= len(part)
 
     def shutdown(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        _shutdown(self.sock)
 
     def close(self):
         self.shutdown()

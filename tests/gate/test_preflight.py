@@ -1,4 +1,5 @@
-"""The preflight role through ansible-playbook: valid profile, survey strings, bad input."""
+"""The preflight through ansible-playbook: valid profile, survey strings, bad input, where profile files
+are found, and --check on the gate playbooks (preflight, then stop)."""
 
 import json
 import subprocess
@@ -49,12 +50,64 @@ def test_survey_strings_and_json_text(repo_root, ansible_env, inventory):
     assert "wrs_per_round: 64" in result.stdout
 
 
-def test_profile_file_relative_to_cwd(repo_root, ansible_env, inventory, tmp_path):
-    (tmp_path / "mine.json").write_text(json.dumps(_profile(repo_root, "installed_host.json")))
-    env = dict(ansible_env, PWD=str(tmp_path))
-    result = _run(repo_root, env, inventory, {"orbite_profile_file": "mine.json"}, cwd=tmp_path)
+# What an AWX project holds (docs/examples/awx): a wrapper that records its own directory, since
+# playbook_dir inside an imported collection playbook is the collection's.
+WRAPPER = """\
+- name: Take relative profile paths from this project
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Record the project directory
+      ansible.builtin.set_fact:
+        orbite_project_dir: "{{ playbook_dir }}"
+
+- name: Preflight
+  ansible.builtin.import_playbook: orbite.qualification.preflight
+"""
+
+
+def test_relative_profile_file_comes_from_the_project_never_the_cwd(repo_root, ansible_env, inventory, tmp_path):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "gate.yml").write_text(WRAPPER)
+    (project / "mine.json").write_text(json.dumps(_profile(repo_root, "installed_host.json")))
+    (elsewhere / "mine.json").write_text(json.dumps(_profile(repo_root)))  # a decoy in the cwd
+    env = dict(ansible_env, PWD=str(elsewhere))
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(project / "gate.yml"),
+           "-e", json.dumps({"orbite_profile_file": "mine.json"})]
+    result = subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "wrs_per_round: 96" in result.stdout
+    assert "wrs_per_round: 96" in result.stdout  # the project's installed-host profile, not the decoy
+
+    # Without the wrapper the base is the playbook's directory: the cwd's file is never taken.
+    result = _run(repo_root, env, inventory, {"orbite_profile_file": "mine.json"}, cwd=elsewhere)
+    assert result.returncode != 0
+    message = result.stdout[result.stdout.index('orbite_profile_file="mine.json": no such file'):]
+    assert f"{repo_root / 'playbooks' / 'mine.json'}, {repo_root / 'profiles' / 'mine.json'}" in message
+    assert str(elsewhere) not in message.split(" A relative path")[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("given", "wrs"), [("rail_accounting_discovery.json", 64),
+                                            ("profiles/installed_host.json", 96)])
+def test_shipped_profile_by_name(repo_root, ansible_env, inventory, tmp_path, given, wrs):
+    # Survey answers: strings, the unanswered ones empty.
+    result = _run(repo_root, ansible_env, inventory,
+                  {"orbite_profile_file": given, "orbite_profile": "", "orbite_source": "node-a",
+                   "orbite_requester": "node-b"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"wrs_per_round: {wrs}" in result.stdout
+
+
+def test_missing_or_bad_profile_file_names_the_variable(repo_root, ansible_env, inventory, tmp_path):
+    missing = tmp_path / "absent.json"
+    result = _run(repo_root, ansible_env, inventory, {"orbite_profile_file": str(missing)})
+    assert result.returncode != 0
+    assert f'orbite_profile_file="{missing}": no such file (looked for {missing})' in result.stdout
+    result = _run(repo_root, ansible_env, inventory, {"orbite_profile_file": str(tmp_path)})  # a directory
+    assert result.returncode != 0 and "no such file" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
 
 
 def test_bad_profile_names_every_rule_and_stops(repo_root, ansible_env, inventory):
@@ -80,3 +133,72 @@ def test_neither_or_both_profile_sources(repo_root, ansible_env, inventory):
     result = _run(repo_root, ansible_env, inventory,
                   {"orbite_profile": _profile(repo_root), "orbite_profile_file": "x.json"})
     assert result.returncode != 0 and "got both" in result.stdout
+
+
+def _gate_check(repo_root, ansible_env, inventory, playbook, extra, work):
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inventory),
+           str(repo_root / "playbooks" / playbook), "-e", json.dumps(extra)]
+    return subprocess.run(cmd, cwd=work.parent, env=dict(ansible_env, ORBITE_WORK_DIR=str(work)),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _recap_hosts(stdout):
+    recap = stdout[stdout.index("PLAY RECAP"):]
+    return {line.split()[0] for line in recap.splitlines()[1:] if ":" in line}
+
+
+# Survey answers as AWX sends them: strings, an unanswered question as "".
+SURVEY = {"orbite_source": "node-a", "orbite_requester": "node-b", "orbite_output_dir": "", "orbite_profile": "",
+          "orbite_lease": "60", "orbite_result_check_fail": "true"}
+
+
+@pytest.mark.parametrize(("playbook", "cases"), [
+    ("rail_accounting.yml", "2 case(s) planned: read-polling, write-events"),
+    ("installed_host.yml", "1 case(s) planned: read-polling"),
+])
+def test_check_mode_runs_the_preflight_then_stops(repo_root, ansible_env, inventory, tmp_path, playbook, cases):
+    work = tmp_path / "work"
+    result = _gate_check(repo_root, ansible_env, inventory, playbook, SURVEY, work)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())  # the message is wrapped by the yaml callback
+    assert "check mode: preflight passed (profile valid, " + cases in out
+    assert "no host was touched and no run directory was written" in out
+    assert "TASK [Run one case]" not in result.stdout and "TASK [Verify]" not in result.stdout
+    assert _recap_hosts(result.stdout) == {"localhost"}  # node-a and node-b never contacted
+    assert not work.exists()
+
+
+def test_check_mode_with_a_bad_profile_stops_at_validation(repo_root, ansible_env, inventory, tmp_path):
+    result = _gate_check(repo_root, ansible_env, inventory, "installed_host.yml",
+                         {"orbite_profile": _profile(repo_root, "installed_host.json", num_lanes="x")}, tmp_path / "w")
+    assert result.returncode != 0
+    assert "num_lanes" in result.stdout and "check mode: preflight passed" not in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_preflight_playbook_in_check_mode(repo_root, ansible_env, inventory):
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inventory),
+           str(repo_root / "playbooks" / "preflight.yml"), "-e", json.dumps({"orbite_profile": _profile(repo_root)})]
+    result = subprocess.run(cmd, cwd=repo_root, env=ansible_env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "wrs_per_round: 64" in result.stdout
+    assert "check mode: preflight passed (2 case(s) planned)" not in result.stdout  # one case: the profile
+    assert "check mode: preflight passed (1 case(s) planned); no host was touched" in result.stdout
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"orbite_run_id": "../escape"}, "run_id='../escape': must be 1..64 ASCII letters"),
+    ({"orbite_work_dir": "relative/work"}, 'orbite_work_dir="relative/work": must be an absolute path'),
+    ({"orbite_work_dir": ""}, 'orbite_work_dir="": must be an absolute path'),
+    ({"orbite_output_dir": "{repo}/out/runs"}, "must be an absolute path outside the collection {repo}"),
+])
+def test_run_directory_is_a_name_under_the_work_dir_outside_the_collection(repo_root, ansible_env, inventory,
+                                                                           tmp_path, extra, message):
+    extra = {k: v.format(repo=repo_root) for k, v in extra.items()}
+    result = _gate_check(repo_root, ansible_env, inventory, "rail_accounting.yml", dict(SURVEY, **extra),
+                         tmp_path / "w")
+    assert result.returncode != 0
+    assert message.format(repo=repo_root) in " ".join(result.stdout.split()), result.stdout
+    assert not (repo_root / "out" / "runs" / "ra").exists()
+    assert "Traceback" not in result.stdout + result.stderr

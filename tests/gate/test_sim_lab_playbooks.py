@@ -60,16 +60,22 @@ def _probe(repo_root, env, inventory, out, **extra):
 
 
 def test_local_lab_create_use_destroy(repo_root, ansible_env, tmp_path):
-    lab = tmp_path / "lab"
+    # The lab and inventories/sim both derive from the work directory (here the environment's
+    # ORBITE_WORK_DIR), so no path is passed to any of the playbooks.
+    work = tmp_path / "work"
+    env = dict(ansible_env, ORBITE_WORK_DIR=str(work))
+    lab = work / "sim-lab"
     # The host list as an AWX survey sends it (one string); then as a list: the same lab.
-    created = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_hosts="sim-a, sim-b")
+    created = _lab(repo_root, env, sim_lab_hosts="sim-a, sim-b")
     assert created.returncode == 0, created.stdout + created.stderr
     assert _changed(created) > 0
-    again = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_hosts=["sim-a", "sim-b"])
+    assert f"local lab {lab}: sim-a, sim-b reached through -i {repo_root}/inventories/sim" in " ".join(
+        created.stdout.split())
+    again = _lab(repo_root, env, sim_lab_hosts=["sim-a", "sim-b"])
     assert _changed(again) == 0
 
     # Modules read each host of inventories/sim through its root.
-    shown = _probe(repo_root, ansible_env, repo_root / "inventories" / "sim", tmp_path / "probe", sim_lab_dir=str(lab))
+    shown = _probe(repo_root, env, repo_root / "inventories" / "sim", tmp_path / "probe")
     assert sorted(shown) == ["sim-a", "sim-b"]
     for name, facts in shown.items():
         assert facts["identity"]["hostname"] == name
@@ -77,10 +83,10 @@ def test_local_lab_create_use_destroy(repo_root, ansible_env, tmp_path):
         assert facts["identity"]["boot_id"] == (lab / name / "proc/sys/kernel/random/boot_id").read_text().strip()
     assert shown["sim-a"]["identity"]["boot_id"] != shown["sim-b"]["identity"]["boot_id"]
 
-    destroyed = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_state="absent")
+    destroyed = _lab(repo_root, env, sim_lab_state="absent")
     assert _changed(destroyed) > 0
     assert not lab.exists()
-    again = _lab(repo_root, ansible_env, sim_lab_dir=str(lab), sim_lab_state="absent")
+    again = _lab(repo_root, env, sim_lab_state="absent")
     assert _changed(again) == 0
 
 
@@ -89,6 +95,25 @@ def test_bad_lab_request_fails_clearly(repo_root, ansible_env, tmp_path):
     assert result.returncode != 0
     assert "name='Bad/Name': must be one lower-case DNS label" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("lab_vars", [{"sim_lab_dir": "{inside}/sim-lab"}, {"orbite_work_dir": "{inside}"},
+                                      {"sim_lab_inventory": "{inside}/inventory.yml"}])
+def test_lab_is_never_written_into_the_collection(repo_root, ansible_env, tmp_path, lab_vars):
+    inside = repo_root / "out" / tmp_path.name  # a path of the checkout no other run uses
+    lab_vars = {key: value.format(inside=inside) for key, value in lab_vars.items()}
+    env = dict(ansible_env, ORBITE_WORK_DIR=str(tmp_path / "work"))
+    result = _lab(repo_root, env, **lab_vars)
+    assert result.returncode != 0
+    (key,) = [k for k in lab_vars if k != "orbite_work_dir"] or ["sim_lab_dir"]
+    assert f"{key}={inside}/" in result.stdout and f"is inside the collection {repo_root}," in result.stdout
+    assert not inside.exists() and not (tmp_path / "work").exists()
+
+
+def test_work_dir_must_be_absolute(repo_root, ansible_env):
+    result = _lab(repo_root, dict(ansible_env, ORBITE_WORK_DIR="relative/work"))
+    assert result.returncode != 0
+    assert 'orbite_work_dir="relative/work" and sim_lab_dir="relative/work/sim-lab"' in " ".join(result.stdout.split())
 
 
 def _free_port_pair():

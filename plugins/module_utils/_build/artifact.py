@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Build and pin the installed-host artifact (the logic of ``build_installed``).
 
 Runs on the controller. From a clean committed checkout of the engine crate:
@@ -660,7 +660,7 @@ def _build_locked(request: BuildRequest, facts: dict, steps: List[dict]) -> dict
     libraries, unresolved = resolve_native_libraries(binary)
     if unresolved:
         raise BuildError(f"installed binary {binary}: native libraries not found: {', '.join(unresolved)}")
-    modules = sorted(os.path.join(d, f) for d, _, files in os.walk(consumer) for f in files if f.endswith(".rs"))
+    modules = sorted(os.path.join(d, f) for d, _dirs, files in os.walk(consumer) for f in files if f.endswith(".rs"))
     manifest = {
         "schema": SCHEMA,
         "version": VERSION,

@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The installation manifest: schema, loading and validation, hashing, and the checks run on it.
 
 Stdlib only, Python >= 3.9: the node-side half (``check_node``) runs on every lab node.

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The collection's one error root and one way for a module to fail from it."""
 
 from typing import Any, Dict
@@ -29,19 +30,19 @@ class OrbiteError(Exception):
         self.details: Dict[str, Any] = details
 
 
-def fail_from(module, error: BaseException, /, prefix: str = "", **result) -> None:
+def fail_from(module, exc: BaseException, /, prefix: str = "", **result) -> None:
     """``module.fail_json`` from an error, in the one failure shape: msg, code, details, result.
 
     ``result`` may hold any key but ``prefix`` (modules return an ``error`` word, for example).
     Anything that is not an OrbiteError (an OSError from the filesystem, say) is reported with a
     code made from its class name, never as a traceback.
     """
-    code = getattr(error, "code", "") if isinstance(error, OrbiteError) else ""
+    code = getattr(exc, "code", "") if isinstance(exc, OrbiteError) else ""
     if not isinstance(code, str) or not code:
-        code = f"os.{type(error).__name__}" if isinstance(error, OSError) else f"error.{type(error).__name__}"
-    details = dict(getattr(error, "details", None) or {})
+        code = f"os.{type(exc).__name__}" if isinstance(exc, OSError) else f"error.{type(exc).__name__}"
+    details = dict(getattr(exc, "details", None) or {})
     details.update(result)
     for reserved in ("msg", "code", "failed", "changed"):
         details.pop(reserved, None)
-    message = f"{prefix}: {error}" if prefix else str(error)
+    message = f"{prefix}: {exc}" if prefix else str(exc)
     module.fail_json(msg=message, code=code, changed=bool(result.get("changed", False)), **details)

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The collection's one atomic writer: write a temporary file beside the target, fsync, rename."""
 
 import json

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The collection's one name grammar, for RNIC, run, case, host and registration names."""
 
 import re

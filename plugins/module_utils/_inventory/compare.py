@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Compare two RDMA inventories (before/after a child) and list every difference by path.
 
 Stdlib only. Paths join dict keys with ``/``; an element of a list of records is addressed by its

@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """What the engine's automatic discovery must choose, computed from an inventory alone.
 
 Stdlib only, no engine code. The rules (docs/inventory.md, "Auto-discovery expectations") model the
@@ -16,6 +16,7 @@ engine's CPU platform probe, topology and context address selection:
   that index on each of its active Ethernet ports; otherwise the engine must answer Unavailable.
 """
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._inventory.compare import check_inventory
 
@@ -94,10 +95,9 @@ def _names(value, field):
 def _pin(value):
     if value is None or value == "":
         return None
-    try:
-        index = int(value)
-    except (TypeError, ValueError):
-        raise DiscoveryExpectError(f"strict_gid_index {value!r}: expected an integer 0..65535") from None
+    index = value if isinstance(value, int) and not isinstance(value, bool) else ascii_int(value)
+    if index is None:
+        raise DiscoveryExpectError(f"strict_gid_index {value!r}: expected an integer 0..65535")
     if isinstance(value, bool) or not 0 <= index <= 65535:
         raise DiscoveryExpectError(f"strict_gid_index {value!r}: expected an integer 0..65535")
     return index

@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Read-only RDMA discovery inventory of one host, from sysfs and procfs under ``root``.
 
 Node-side: Python >= 3.9, stdlib only (netaddr is used when present, else ``ipaddress``; both give
@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - exercised by forcing the fallback in t
     IP_BACKEND = "ipaddress"
 import ipaddress
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int, is_ascii_digits
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._inventory.verbs import verbs_crosscheck
@@ -126,10 +127,9 @@ def parse_gid(text):
 
 
 def parse_int(text, minimum=None):
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise FieldError(text, "expected a decimal integer") from None
+    value = ascii_int(text)
+    if value is None:
+        raise FieldError(text, "expected a decimal integer")
     if minimum is not None and value < minimum:
         raise FieldError(text, f"expected an integer >= {minimum}")
     return value
@@ -153,7 +153,7 @@ def parse_cpulist(text):
         raise FieldError(text, "expected a cpulist like '0-3,8-11'")
     cpus = set()
     for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
+        low, _dash, high = part.partition("-")
         if high and int(high) < int(low):
             raise FieldError(text, "expected ranges low-high with low <= high")
         cpus.update(range(int(low), int(high or low) + 1))
@@ -232,7 +232,7 @@ def save_inventory(text, path, root="/", dry_run=False):
     path = os.path.abspath(str(path))
     real = os.path.realpath(path)
     for top in ("sys", "proc"):
-        for base in {os.path.realpath(os.path.join(os.sep, top)), os.path.realpath(os.path.join(str(root), top))}:
+        for base in (os.path.realpath(os.path.join(os.sep, top)), os.path.realpath(os.path.join(str(root), top))):
             if real == base or real.startswith(base + os.sep):
                 raise InventorySaveError(f"save_to {path!r}: inside {base}; refusing to write there")
     parent = os.path.dirname(path)
@@ -432,7 +432,7 @@ class _Reader:
         if dev["uverbs"] is None:
             dev["uverbs"] = verbs_nodes.get(name)
         for port in self.listdir(base + "/ports", path + "/ports", optional=False):
-            if port.isdigit():
+            if is_ascii_digits(port):
                 dev["ports"][port] = self.port(f"{base}/ports/{port}", f"{path}/ports/{port}")
         dev["ports"] = dict(sorted(dev["ports"].items(), key=lambda kv: int(kv[0])))
         return dev
@@ -445,7 +445,8 @@ class _Reader:
             "rate": self.field(base + "/rate", path + "/rate", parse_rate),
             "lid": self.field(base + "/lid", path + "/lid", parse_lid),
         }
-        indexes = sorted(int(i) for i in self.listdir(base + "/gids", path + "/gids", optional=False) if i.isdigit())
+        listed = self.listdir(base + "/gids", path + "/gids", optional=False)
+        indexes = sorted(int(i) for i in listed if is_ascii_digits(i))
         port["gid_tbl_len"] = len(indexes)
         port["gids_unused"], port["gids"] = self.gid_table(base, path, indexes)
         return port

@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Optional cross-check of a sysfs inventory against libibverbs, through pyverbs.
 
 pyverbs is optional on nodes. When it cannot be imported, when the inventory was not read from

@@ -1,4 +1,5 @@
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Start a per-node lock supervisor and talk to it (see docs/supervisor.md).
 
 ``start_supervisor(...)`` copies the supervisor program (supervisor_daemon.py with rnic_lock.py and
@@ -26,6 +27,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common impor
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._common import errors as _errors_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names as _names_mod
+from ansible_collections.orbite.qualification.plugins.module_utils._common import numbers as _numbers_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon as _daemon_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import identity as _identity_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
@@ -50,7 +52,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon 
 LIB_DIR = "lib"
 # The supervisor program outlives the module's temporary directory, so these modules (and their
 # packages) are copied next to it; keep the tuple in step with what daemon.py imports.
-_PROGRAM_MODULES = (_errors_mod, _names_mod, _identity_mod, _lock_mod, _daemon_mod)
+_PROGRAM_MODULES = (_errors_mod, _names_mod, _numbers_mod, _identity_mod, _lock_mod, _daemon_mod)
 _START_MARGIN_S = 15.0
 
 
@@ -452,7 +454,7 @@ def _start_supervisor(
                 raise SupervisorStartError(
                     f"supervisor in {run_dir} did not report ready in time{_log_tail(run_dir)}", "start_timeout", {}
                 )
-            ready, _, _ = select.select([read_fd], [], [], left)
+            ready = select.select([read_fd], [], [], left)[0]
             if ready:
                 chunk = os.read(read_fd, 65536)
                 if not chunk:

@@ -1,4 +1,5 @@
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """The per-node lock supervisor process (see docs/supervisor.md).
 
 The node_supervisor module copies this file, rnic_lock.py and node_identity.py into the private
@@ -32,6 +33,7 @@ import time
 from contextlib import contextmanager
 from typing import Dict, List, Optional
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import (
     IdentityError,
@@ -92,8 +94,8 @@ def signal_number(value) -> int:
     """Accept 9, "9", "KILL" or "SIGKILL"; raise RequestError otherwise."""
     if isinstance(value, bool):
         raise RequestError("bad_request", f"signal {value!r}: must be a signal number or name")
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        num = int(value)
+    if isinstance(value, int) or ascii_int(value) is not None:
+        num = value if isinstance(value, int) else ascii_int(value)
         valid = {int(s) for s in signal.valid_signals()}
         if num not in valid or num == 0:
             raise RequestError("bad_request", f"signal {value!r}: not a valid signal number")
@@ -478,7 +480,7 @@ class Supervisor:
 
     def _accept(self) -> None:
         try:
-            conn, _ = self.listener.accept()
+            conn = self.listener.accept()[0]
         except (BlockingIOError, InterruptedError):
             return
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -922,4 +924,3 @@ def main(argv: Optional[List[str]] = None) -> int:
             os.unlink(os.path.join(cfg["run_dir"], PID_NAME))
         except OSError:
             pass
-

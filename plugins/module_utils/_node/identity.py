@@ -1,4 +1,5 @@
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Read a node's identity (hostname, boot ID, kernel release, machine-id) relative to a root.
 
 Node-side, stdlib only, Python >= 3.9. The paths follow the fake host root contract: a fake host

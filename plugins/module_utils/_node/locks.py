@@ -1,4 +1,5 @@
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """One flock-based resource lock per RNIC.
 
 A lock is ``<lock_dir>/<rnic>.lock``. Holding it means holding an exclusive ``flock`` on that file,

@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """The qualification profile model: parse, validate against the gate's rules, derive the workload.
 
 One job: turn a profile (dict, JSON or YAML text, or a file) into a normalized profile plus the
@@ -13,9 +13,11 @@ Stdlib only (PyYAML is used when present for YAML text), Python >= 3.9.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import DIGITS_MAX, ascii_int
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 
 PROTOCOL = "orbite-installed-host-v4"
 
@@ -95,8 +97,18 @@ OPTIONAL_FIELDS = ("discovery", "fault_role", "generations", "cleanup_kind")
 KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
 INT_FIELDS = ("parents", "payload", "block", "num_lanes", "mask", "generations")
 
+# Survey values arrive as text. Only ASCII decimal digits count: str.isdigit() also takes a
+# superscript two, and int() Arabic-Indic or mathematical bold digits. No sign: every integer field
+# is a positive size or count. The length bound keeps int() cheap and far from Python's 4300-digit
+# limit; the largest valid value has 8 digits.
+INT_DIGITS_MAX = DIGITS_MAX
+INT_LIMIT = 10**INT_DIGITS_MAX
+INT_RULE = f"must be a whole number written with 1 to {INT_DIGITS_MAX} ASCII digits 0-9 (no sign)"
+
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
+_BOOL_TEXT = re.compile(r"[ \t]*([A-Za-z01]{1,5})[ \t]*", re.ASCII)
+BOOL_RULE = f"must be a boolean: true or false ({', '.join(_TRUE)} / {', '.join(_FALSE)}, any case)"
 
 
 @dataclass(frozen=True)
@@ -110,7 +122,7 @@ class Violation:
 
     @property
     def message(self) -> str:
-        shown = "(absent)" if self.value is None else f"= {self.value!r}"
+        shown = "(absent)" if self.value is None else f"= {_shown(self.value)}"
         return f"{self.field} {shown}: {self.rule} [{self.code}]"
 
     def as_dict(self) -> dict:
@@ -137,8 +149,24 @@ def _jsonable(value):
     try:
         json.dumps(value)
         return value
-    except (TypeError, ValueError):
-        return repr(value)
+    except (TypeError, ValueError, RecursionError):
+        return _shown(value)
+
+
+def _shown(value) -> str:
+    """quote() of a value for a message; a value repr() cannot show (an int past 4300 digits, a
+    structure nested too deep) is named by its type instead, never an exception."""
+    try:
+        return quote(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__}>"
+
+
+def _key_text(key) -> str:
+    try:
+        return str(key)
+    except (ValueError, RecursionError):
+        return f"<{type(key).__name__}>"
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,9 +175,11 @@ def _jsonable(value):
 
 def parse_profile_text(text: str, origin: str = "profile") -> dict:
     """Parse JSON (or YAML when PyYAML is present) text into a mapping."""
+    # ValueError and RecursionError too: a 5000-digit number or brackets nested 100000 deep are
+    # refused by the parsers with those, and they must become a violation like any syntax error.
     try:
         data = json.loads(text)
-    except ValueError as json_error:
+    except (ValueError, RecursionError) as json_error:
         try:
             import yaml  # noqa: PLC0415 - optional: nodes and minimal controllers may lack it
         except ImportError:
@@ -158,7 +188,7 @@ def parse_profile_text(text: str, origin: str = "profile") -> dict:
             ) from None
         try:
             data = yaml.safe_load(text)
-        except yaml.YAMLError as yaml_error:
+        except (yaml.YAMLError, ValueError, RecursionError) as yaml_error:
             first = str(yaml_error).splitlines()[0] if str(yaml_error) else "syntax error"
             raise ProfileError(
                 [Violation("profile.syntax", origin, _short(text), f"is neither JSON nor YAML ({first})")]
@@ -178,7 +208,7 @@ def load_profile_file(path: str) -> dict:
 
 
 def _short(value, limit: int = 80):
-    text = value if isinstance(value, str) else repr(value)
+    text = value if isinstance(value, str) else _shown(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -190,12 +220,24 @@ def _cast_int(field, value, violations):
     if isinstance(value, bool):
         violations.append(Violation(f"{field}.type", field, value, "must be an integer, not a boolean"))
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value.strip())
+        if not -INT_LIMIT < value < INT_LIMIT:
+            violations.append(Violation(f"{field}.integer", field, value, INT_RULE))
+            return None
+        value = int(value)
+    if isinstance(value, int):
+        if -INT_LIMIT < value < INT_LIMIT:
+            return value
+        # repr() of a huge int is slow and fails past 4300 digits: show its size instead.
+        shown = f"<integer of {value.bit_length()} bits>"
+        violations.append(Violation(f"{field}.integer", field, shown, INT_RULE))
+        return None
+    if isinstance(value, str):
+        number = ascii_int(value)
+        if number is not None:
+            return number
+        violations.append(Violation(f"{field}.integer", field, _short(value), INT_RULE))
+        return None
     violations.append(Violation(f"{field}.type", field, value, "must be an integer"))
     return None
 
@@ -205,8 +247,13 @@ def _cast_bool(field, value, violations):
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
+    if isinstance(value, str):
+        match = _BOOL_TEXT.fullmatch(value)
+        word = match.group(1).lower() if match else ""
+        if word in _TRUE + _FALSE:
+            return word in _TRUE
+        violations.append(Violation(f"{field}.boolean", field, _short(value), BOOL_RULE))
+        return None
     violations.append(Violation(f"{field}.type", field, value, "must be a boolean (true or false)"))
     return None
 
@@ -228,12 +275,12 @@ def validate_profile(raw) -> dict:
         raise ProfileError([Violation("profile.type", "profile", _short(raw), "must be a mapping of profile fields")])
     violations: list = []
     profile: dict = {}
-    for key in sorted(raw, key=str):
+    for key in sorted(raw, key=_key_text):
         if key not in KNOWN_FIELDS:
             violations.append(
                 Violation(
                     "profile.unknown_field",
-                    str(key),
+                    _short(_key_text(key)),
                     raw[key],
                     f"is not a profile field (known: {', '.join(KNOWN_FIELDS)})",
                 )

@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """Start an engine runner as a child of the node's lock supervisor, and wait for it.
 
 One job: turn the gate's view of a case (role, generation, profile, rails, addresses) into the

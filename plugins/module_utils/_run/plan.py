@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """Lay out a run directory on the controller: run.json and one cases/<id>/case.json per case.
 
 One job, done before any node is touched: the verifier later reads exactly this plan (which cases
@@ -31,6 +31,8 @@ def _atomic_json(path, data):
 
 def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=()):
     """run.json and each case.json, checked: case ids unique and path-safe, each with a profile."""
+    if not names.is_name(run_id):  # it names the run directory (an AWX survey may send anything)
+        raise RunPlanError(f"run_id={names.quote(run_id)}: must be {names.NAME_RULE}")
     seen = set()
     for index, case in enumerate(cases):
         case_id = case.get("id") if isinstance(case, dict) else None

@@ -1,5 +1,5 @@
-# Copyright: OrbiTE qualification team
-# Apache-2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
 """Fake host root generator: a directory that looks like one RNIC host to the node-side modules.
 
 Stdlib only (it runs on nodes of the simulated lab too). ``write_host(root, spec)`` writes, under

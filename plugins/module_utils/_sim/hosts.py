@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """One fake host of the simulated lab: create it, describe it, destroy it.
 
 Lab layout (everything the lab owns lives under ``lab_dir``)::
@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import namespace as ns
@@ -116,10 +117,9 @@ class HostRequest:
 def _as_int(field: str, value, low: int, high: int) -> int:
     if isinstance(value, bool):
         raise SimLabArgumentError(field, value, f"must be an integer within {low}..{high}")
-    try:
-        number = int(str(value).strip()) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        raise SimLabArgumentError(field, value, f"must be an integer within {low}..{high}") from None
+    number = ascii_int(value) if isinstance(value, str) else value
+    if not isinstance(number, int):
+        raise SimLabArgumentError(field, value, f"must be an integer within {low}..{high}")
     if not low <= number <= high:
         raise SimLabArgumentError(field, value, f"must be within {low}..{high}")
     return number

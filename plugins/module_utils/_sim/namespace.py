@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """Namespaced fake hosts: one mount+UTS+PID namespace per host, running its own sshd on loopback.
 
 One job: start and stop the processes of one namespaced host, and nothing else.

@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """Load the receipts of one qualification case for the verifier, never raising on bad input.
 
 The verifier shares no code with any runner: this reader is written from docs/receipts.md alone.
@@ -288,5 +288,5 @@ def load_journal(path) -> Receipt:
         return Receipt(path, problem=problem)
     if not records:
         return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "journal is empty"))
-    events = [record for _, record in records]
+    events = [record for _line, record in records]
     return Receipt(path, data={"header": events[0], "events": events[1:]})

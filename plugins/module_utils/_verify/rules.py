@@ -1,5 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
 """The verifier's rules: each has a stable code, a one-line meaning and one check function.
 
 Written from docs/receipts.md and the profile model alone; it shares no code with any runner (the
@@ -387,7 +387,7 @@ def check_slicing(case):
         for wr in rnd["wrs"]:
             by_parent[wr["parent"]].append((wr["slice"], wr["bytes"]))
         for parent, slices in sorted(by_parent.items()):
-            got = [size for _, size in sorted(slices)]
+            got = [size for _slice, size in sorted(slices)]
             if got != sizes:
                 problems.append(
                     (
@@ -675,7 +675,7 @@ def _device_rails(ledger):
 def check_observer_native_bytes(case):
     problems = []
     for generation, log, ledger in _accounting_logs(case):
-        accepted, joined, *_ = _replay(log)
+        accepted, joined = _replay(log)[:2]
         rails = _device_rails(ledger)
         native = defaultdict(int)
         for key in joined:
@@ -748,7 +748,7 @@ def check_observer_sq_depth(case):
     depth = case.workload["send_queue_depth"]
     for generation, log, ledger in _accounting_logs(case):
         parent_of = {key: wr["parent"] for key, wr in _ledger_wrs(ledger).items()}
-        max_wrs, _ = _inflight_profile(log, parent_of)
+        max_wrs = _inflight_profile(log, parent_of)[0]
         over = {qpn: n for qpn, n in max_wrs.items() if n > depth}
         if over:
             problems.append((f"g{generation}: payload WRs in flight per QP over {depth}: {over}", log.path))
@@ -760,7 +760,7 @@ def check_observer_outstanding(case):
     least = case.workload.get("min_outstanding_parents_per_rail_qp", 0)
     for generation, log, ledger in _accounting_logs(case):
         parent_of = {key: wr["parent"] for key, wr in _ledger_wrs(ledger).items()}
-        _, max_parents = _inflight_profile(log, parent_of)
+        max_parents = _inflight_profile(log, parent_of)[1]
         rail_of_qp = {qp["qpn"]: qp["rail"] for qp in ledger["qps"]}
         for rail in sorted(_enabled(case)):
             qps = [q for q, r in rail_of_qp.items() if r == rail]
@@ -809,7 +809,7 @@ def check_journal_identity(case):
 def check_distinct_nodes(case):
     identities = {}
     for role in ROLES:
-        journal, _ = _journal(case, role)
+        journal = _journal(case, role)[0]
         checks = _events(journal, "identity_check")
         observed = (checks[-1].get("observed") or {}) if checks else {}
         identities[role] = (observed.get("hostname"), observed.get("boot_id"))
@@ -1065,6 +1065,7 @@ JOURNAL_RULES = (
     Rule("journal.env", "journal", "no RDMAV_ALLOW_DISASSOC_DESTROY; LD_PRELOAD only where the mode needs it",
          check_journal_env, needs=_JOURNAL),
 )
+
 
 def _discovery(profile, _workload):
     return profile.get("discovery") == "auto"

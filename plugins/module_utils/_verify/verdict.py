@@ -1,6 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-# Apache License 2.0 (see galaxy.yml)
-"""Run the verifier's rules over a run directory and write the verdict (JSON, JUnit XML, Markdown).
+"""Run the verifier's rules over a run directory and decide the verdict (reports.py writes it).
 
 The verdict is rewritten atomically after every case, so a killed controller still leaves the
 verdict so far. Layout of a run directory: docs/verifier.md.
@@ -8,13 +8,11 @@ verdict so far. Layout of a run directory: docs/verifier.md.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from xml.sax.saxutils import escape, quoteattr
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import STATUSES, write_reports
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import CASE_SCHEMA, load_json
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import (
     RULES,
@@ -23,6 +21,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
 )
 
 VERDICT_SCHEMA = ("orbite.verdict", 1)
+PASS, FAIL, SKIP = STATUSES
 RECEIPT_CODES = ("receipt.missing", "receipt.malformed", "receipt.schema", "receipt.truncated", "receipt.shape")
 RECEIPT_MEANINGS = {
     "receipt.missing": "every receipt the case implies is present",
@@ -31,7 +30,6 @@ RECEIPT_MEANINGS = {
     "receipt.truncated": "no receipt is a checkpoint or cut short",
     "receipt.shape": "every receipt has the documented fields and types",
 }
-PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
 
 def _finding(code, group, meaning, status, message="", evidence=None):
@@ -135,7 +133,7 @@ def verify_case(case_dir):
             # A receipt passed the shape check yet still surprised a rule: report it on that rule.
             found = [(f"receipt content the rule could not read: {type(error).__name__}: {error}", case_dir)]
         if found:
-            message = "; ".join(m for m, _ in found[:5]) + (f" (+{len(found) - 5} more)" if len(found) > 5 else "")
+            message = "; ".join(m for m, _where in found[:5]) + (f" (+{len(found) - 5} more)" if len(found) > 5 else "")
             findings.append(_finding(rule.code, rule.group, rule.meaning, FAIL, message, found[0][1]))
             failed.add(rule.code)
         else:
@@ -226,79 +224,3 @@ def _summarize(verdict):
     verdict["failed_codes"] = failed
     ok = verdict["cases"] and all(c["verdict"] == PASS for c in verdict["cases"])
     verdict["verdict"] = PASS if ok else FAIL
-
-
-# --------------------------------------------------------------------------------------------
-# writers
-
-
-def _atomic_write(path, text):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    atomic_write_text(path, text, mode=0o644)
-
-
-def report_paths(output_dir):
-    return {
-        "json": os.path.join(output_dir, "verdict.json"),
-        "junit": os.path.join(output_dir, "verdict.xml"),
-        "markdown": os.path.join(output_dir, "verdict.md"),
-    }
-
-
-def write_reports(verdict, output_dir):
-    paths = report_paths(output_dir)
-    _atomic_write(paths["json"], json.dumps(verdict, indent=2, sort_keys=True) + "\n")
-    _atomic_write(paths["junit"], junit_xml(verdict))
-    _atomic_write(paths["markdown"], markdown(verdict))
-    return paths
-
-
-def junit_xml(verdict):
-    """One testsuite per case, one testcase per rule group; a group fails when any of its rules does."""
-    suites = []
-    for case in verdict["cases"]:
-        groups = {}
-        for finding in case["findings"]:
-            groups.setdefault(finding["group"], []).append(finding)
-        cases_xml = []
-        for group, findings in groups.items():
-            failed = [f for f in findings if f["status"] == FAIL]
-            skipped = all(f["status"] == SKIP for f in findings)
-            body = ""
-            if failed:
-                text = "\n".join(f"[{f['code']}] {f['message']} (evidence: {f['evidence']})" for f in failed)
-                body = f"<failure message={quoteattr(', '.join(f['code'] for f in failed))}>{escape(text)}</failure>"
-            elif skipped:
-                body = f"<skipped message={quoteattr(findings[0]['message'])}/>"
-            cases_xml.append(
-                f"    <testcase classname={quoteattr(case['case'])} name={quoteattr(group)}>{body}</testcase>"
-            )
-        failures = sum(1 for c in cases_xml if "<failure" in c)
-        suites.append(
-            f'  <testsuite name={quoteattr(case["case"])} tests="{len(cases_xml)}" '
-            f'failures="{failures}">\n' + "\n".join(cases_xml) + "\n  </testsuite>"
-        )
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<testsuites name={quoteattr('orbite ' + str(verdict['run_id']))}>\n" + "\n".join(suites) + "\n</testsuites>\n"
-    )
-
-
-def markdown(verdict):
-    lines = [
-        f"# Verdict: {verdict['verdict']}" + (" (diagnostic only: dirty build)" if verdict["diagnostic_only"] else ""),
-        "",
-        f"Run `{verdict['run_id']}`" + ("" if verdict["complete"] else " (incomplete: verdict so far)"),
-        "",
-        f"{verdict['counts'].get('pass', 0)} rules passed, {verdict['counts'].get('fail', 0)} failed, "
-        f"{verdict['counts'].get('skip', 0)} skipped over {verdict['counts'].get('cases', 0)} case(s).",
-        "",
-    ]
-    for case in verdict["cases"]:
-        lines += [f"## {case['case']}: {case['verdict']}", "", "| rule | status | detail |", "|---|---|---|"]
-        for finding in case["findings"]:
-            detail = finding["message"] or finding["meaning"]
-            detail = detail.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| `{finding['code']}` | {finding['status']} | {detail} |")
-        lines.append("")
-    return "\n".join(lines)

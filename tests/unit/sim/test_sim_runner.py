@@ -252,7 +252,7 @@ def test_disassoc_destroy_env_is_refused(tmp_path):
     case = H.base_case(H.profile(), "source", root, service_address="127.0.0.1:0")
     env = H.env_without()
     env["RDMAV_ALLOW_DISASSOC_DESTROY"] = "1"
-    proc, _ = _run_single(tmp_path, case, env=env)
+    proc = _run_single(tmp_path, case, env=env)[0]
     assert proc.returncode == 2 and "RDMAV_ALLOW_DISASSOC_DESTROY" in proc.stderr
 
 
@@ -294,7 +294,7 @@ def test_source_killed_mid_run_gives_peer_lost_not_a_hang(tmp_path):
             assert source.poll() is None
         source.kill()
         source.wait()
-        rc, _, err = H.reap(requester, 60)
+        rc, _out, err = H.reap(requester, 60)
     finally:
         for proc in procs:
             if proc.poll() is None:

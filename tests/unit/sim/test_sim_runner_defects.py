@@ -120,28 +120,28 @@ RN = r"r[123]"
 # defect -> (profile, required changed keys (regexes that must each match a changed key), allowed
 # changed keys (regexes every changed key must match)). The comment names the line the case guards.
 CASES = {
-    # engine.py RequesterEngine._after_land: arena[local_offset] ^= 0xFF
+    # engine.py Engine.after_land (READ lands at the requester): arena[offset] ^= 0xFF
     "corrupt_byte/read": (small("read"), "corrupt_byte",
                           [r"requester\.r1\.p0\.byte_check", r"requester\.exit_code"],
                           [r"requester\.r1\.p0\.(byte_check|status|error)", r"requester\.(exit_code|status)"]),
-    # engine.py SourceEngine._after_land: arena[offset] ^= 0xFF
+    # engine.py Engine.after_land (WRITE lands at the source): arena[offset] ^= 0xFF
     "corrupt_byte/write": (small("write", True), "corrupt_byte",
                            [r"source\.r1\.p0\.byte_check", r"source\.exit_code"],
                            [r"source\.r1\.p0\.(byte_check|status|error)", r"source\.(exit_code|status)"]),
-    # engine.py RequesterEngine._after_land: arena[local_offset + length] ^= 0xFF
+    # engine.py Engine.after_land (READ lands at the requester): arena[offset + length] ^= 0xFF
     "overwrite_guard/read": (small("read"), "overwrite_guard",
                              [r"requester\.r1\.p0\.guard_check", r"requester\.exit_code"],
                              [r"requester\.r1\.p0\.(guard_check|status|error)", r"requester\.(exit_code|status)"]),
-    # engine.py SourceEngine._after_land: arena[offset + length] ^= 0xFF
+    # engine.py Engine.after_land (WRITE lands at the source): arena[offset + length] ^= 0xFF
     "overwrite_guard/write": (small("write", True), "overwrite_guard",
                               [r"source\.r1\.p0\.guard_check", r"source\.exit_code"],
                               [r"source\.r1\.p0\.(guard_check|status|error)", r"source\.(exit_code|status)"]),
-    # engine.py ensure_qps: wanted.append((self.enabled_rails[0], self.lanes))
+    # requester.py ensure_qps: wanted.append((self.enabled_rails[0], self.lanes))
     "extra_qp": (small("read"), "extra_qp",
                  [r"requester\.qps", r"source\.qps", r"requester\.r1\.qps_created", r"requester\.r2\.qps_reused"],
                  [rf"{R}\.qps", rf"{R}\.{RN}\.(qps_created|qps_reused|qp_usage|qp_usage\.max_inflight|"
                   r"qp_usage\.max_parents)", rf"{R}\.totals\.qps_created", rf"{R}\.teardown\.qps_destroyed"]),
-    # engine.py ensure_qps: the no_qp_reuse branch destroying live QPs
+    # requester.py ensure_qps: the no_qp_reuse branch destroying live QPs
     "no_qp_reuse": (small("read"), "no_qp_reuse",
                     [r"requester\.qps", r"requester\.r2\.qps_created", r"requester\.r3\.qps_reused",
                      r"requester\.totals\.qps_created"],
@@ -151,7 +151,7 @@ CASES = {
     "skew_native_counter": (small("read"), "skew_native_counter",
                             [r"requester\.r1\.counters\.native", r"requester\.totals\.native_bytes"],
                             [r"requester\.r1\.counters\.native", r"requester\.totals\.native_bytes"]),
-    # engine.py finish_round: the skip_drain branch keeping self.grants
+    # source.py finish_round: the skip_drain branch keeping self.grants
     "skip_drain": (small("read"), "skip_drain",
                    [rf"source\.{RN}\.drain"],
                    [rf"source\.{RN}\.drain", rf"source\.{RN}\.p\d+\.status"]),
@@ -159,7 +159,7 @@ CASES = {
     "mr_one_context": (small("read", mask=1), "mr_one_context",
                        [r"requester\.ctx1\.mrs", r"source\.ctx1\.mrs", r"requester\.totals\.persistent_mrs"],
                        [rf"{R}\.ctx1\.mrs", rf"{R}\.totals\.persistent_mrs", rf"{R}\.teardown\.mrs_deregistered"]),
-    # nic.py RequesterNic.transmit / SourceNic._rx_loop: the oob PAYLOAD branch
+    # nic.py Nic.send_payload / Nic.receive_payload: the oob PAYLOAD branch
     "payload_over_rendezvous/read": (small("read"), "payload_over_rendezvous",
                                      [rf"requester\.{RN}\.rendezvous_large", rf"requester\.{RN}\.data_payload"],
                                      [rf"{R}\.{RN}\.(rendezvous_large|data_payload)",
@@ -179,23 +179,23 @@ CASES = {
     "drop_observer_completion": (small("read"), "drop_observer_completion",
                                  [r"observer\.cqe_lines", r"observer\.summary"],
                                  [r"observer\.cqe_lines", r"observer\.summary"]),
-    # engine.py round_input_seed + the skipped fill_input
+    # engine.py local_input: the stale_input branch (round 1's seed, no fill_input)
     "stale_input/read": (small("read"), "stale_input",
                          [r"source\.r2\.seed_same_as_r1", r"requester\.r3\.seed_same_as_r1"],
                          [rf"{R}\.r[23]\.seed_same_as_r1"]),
     "stale_input/write": (small("write", True), "stale_input",
                           [r"requester\.r2\.seed_same_as_r1", r"source\.r3\.seed_same_as_r1"],
                           [rf"{R}\.r[23]\.seed_same_as_r1"]),
-    # engine.py RequesterEngine.__init__: sq_depth = SEND_QUEUE_DEPTH + 1
+    # requester.py RequesterEngine.__init__: sq_depth = SEND_QUEUE_DEPTH + 1
     "exceed_sq_depth": (small("read"), "exceed_sq_depth",
                         [r"requester\.qps", rf"requester\.{RN}\.qp_usage\.max_inflight", r"observer\.max_inflight"],
                         [r"requester\.qps", rf"requester\.{RN}\.qp_usage\.max_inflight", r"observer\.max_inflight"]),
-    # engine.py placement: rails[:1]
+    # requester.py placement: rails[:1]
     "single_rail": (small("read"), "single_rail",
                     [r"requester\.r1\.p1\.placement", r"requester\.r1\.counters\.public"],
                     [rf"{R}\.{RN}\.(p\d+\.placement|wrs|qp_usage.*|counters\.(public|native))",
                      r"observer\.max_(inflight|parents)"]),
-    # engine.py transfer: the serial order and the "one parent in flight" break
+    # requester.py transfer: the serial order and the "one parent in flight" break
     "serial_parents": (small("read"), "serial_parents",
                        [rf"requester\.{RN}\.qp_usage\.max_parents", r"observer\.max_parents"],
                        # one parent's slices (4) are all a QP can then have in flight

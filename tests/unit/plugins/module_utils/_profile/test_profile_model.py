@@ -1,9 +1,10 @@
 """Profile model: seed workloads, one red check per rule of every mode, and fuzzing."""
 
 import json
+import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model as pm
@@ -59,10 +60,23 @@ RED_CHECKS = [
     ("installed-host", {"mask": DROP}, "mask.missing"),
     ("installed-host", {"source": ""}, "source.type"),
     ("installed-host", {"requester": 7}, "requester.type"),
-    ("installed-host", {"parents": "many"}, "parents.type"),
+    ("installed-host", {"parents": [16]}, "parents.type"),
     ("installed-host", {"parents": True}, "parents.type"),
     ("installed-host", {"payload": 1.5}, "payload.type"),
-    ("installed-host", {"rdma_events": "maybe"}, "rdma_events.type"),
+    ("installed-host", {"rdma_events": 2}, "rdma_events.type"),
+    # survey text: ASCII digits only, no sign, at most INT_DIGITS_MAX of them; strict booleans
+    ("installed-host", {"parents": "many"}, "parents.integer"),
+    ("installed-host", {"parents": "\u00b2"}, "parents.integer"),  # superscript two
+    ("installed-host", {"payload": "\u0661\u0666"}, "payload.integer"),  # Arabic-Indic 16
+    ("installed-host", {"block": "\U0001d7cf\U0001d7d4"}, "block.integer"),  # bold 16
+    ("installed-host", {"num_lanes": "+-5"}, "num_lanes.integer"),
+    ("installed-host", {"mask": "1" * 5000}, "mask.integer"),
+    ("installed-host", {"generations": "-1"}, "generations.integer"),
+    ("installed-host", {"parents": "16\n"}, "parents.integer"),
+    ("installed-host", {"parents": 10**5000}, "parents.integer"),
+    ("installed-host", {"payload": 1e300}, "payload.integer"),
+    ("installed-host", {"rdma_events": "maybe"}, "rdma_events.boolean"),
+    ("installed-host", {"rdma_events": "\uff54rue"}, "rdma_events.boolean"),  # fullwidth t
     ("installed-host", {"source_kind": "gpu"}, "source_kind.value"),
     ("installed-host", {"requester_kind": "cuda"}, "requester_kind.value"),
     ("installed-host", {"transport": "tcp"}, "transport.value"),
@@ -198,7 +212,8 @@ def test_red_check_breaks_exactly_one_rule(mode, changes, code):
 
 SWEEP_VALUES = [DROP, 0, 1, 2, 3, 4, 8, 15, 16, 33, 65536, MIB // 2, MIB, MIB + 1, 4194305, 4 * MIB,
                 16 * MIB, 32 * MIB, 32 * MIB + 1, True, False, "auto", "qp", "cq", "channel", "pd", "mr",
-                "mw", "source", "requester", "a", "b", "read", "write", "cpu", "rdma", "gpu"]
+                "mw", "source", "requester", "a", "b", "read", "write", "cpu", "rdma", "gpu",
+                "16", " 1 ", "\u00b2", "+-5", "1" * 5000, "maybe", 10**13]
 
 
 def test_every_rule_code_has_a_red_check():
@@ -358,3 +373,92 @@ def test_arbitrary_field_values_never_raise_anything_but_profile_error(overrides
         workload = pm.derive_workload(normalized)
         assert workload["backing_per_peer"] <= pm.MAX_BACKING_PER_PEER
         assert workload["wrs_per_round"] == normalized["parents"] * workload["slices_per_parent"]
+
+
+# --- survey text: strict casting --------------------------------------------------------------
+
+
+
+def survey_int(text):
+    """The oracle, written without a regex: ASCII digits between optional spaces/tabs, bounded."""
+    core = text.strip(" \t")
+    if 1 <= len(core) <= pm.INT_DIGITS_MAX and all(c in "0123456789" for c in core):
+        return int(core)
+    return None
+
+int_text = (
+    st.text(max_size=30)
+    | st.text(alphabet="0123456789+- \t\n_.xe", max_size=20)
+    | st.text(alphabet="0123456789", min_size=10, max_size=6000)
+    | st.integers(-(10**15), 10**15).map(str)
+    | st.integers(0, 40_000_000).map(lambda n: f" {n}\t")
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(pm.INT_FIELDS), int_text, st.sampled_from(sorted(VALID)))
+@example("parents", "1" * 5000, "installed-host")
+@example("mask", "9" * 100_000, "installed-host")
+@example("payload", "\u00b2", "installed-host")
+@example("block", "+-5", "installed-host")
+def test_arbitrary_text_for_an_integer_field_is_cast_strictly(field, text, mode):
+    started = time.perf_counter()
+    try:
+        normalized = pm.validate_profile(dict(VALID[mode], **{field: text}))
+    except pm.ProfileError as error:
+        codes = {v.code for v in error.violations}
+        if survey_int(text) is None:
+            assert f"{field}.integer" in codes
+            shown = next(v for v in error.violations if v.code == f"{field}.integer")
+            assert shown.field == field and shown.rule == pm.INT_RULE
+            assert len(shown.message) < 400  # the value is cut
+        json.dumps([v.as_dict() for v in error.violations])
+    else:
+        assert normalized[field] == survey_int(text)
+        pm.derive_workload(normalized)
+    assert time.perf_counter() - started < 1.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=12) | st.sampled_from(["true", "False", " YES", "off\t", "On", "1", "0", "tru", "1.0"]))
+def test_arbitrary_text_for_rdma_events_is_cast_strictly(text):
+    word = text.strip(" \t").lower() if text.strip(" \t").isascii() else None
+    try:
+        normalized = pm.validate_profile(dict(VALID["installed-host"], rdma_events=text))
+    except pm.ProfileError as error:
+        assert word not in ("true", "yes", "on", "1", "false", "no", "off", "0")
+        assert [v.code for v in error.violations] == ["rdma_events.boolean"]
+    else:
+        assert normalized["rdma_events"] is (word in ("true", "yes", "on", "1"))
+        assert word in ("true", "yes", "on", "1", "false", "no", "off", "0")
+
+
+@pytest.mark.parametrize("text", ["00016", " 16", "16 ", "\t16"])
+def test_leading_zeros_and_ascii_blanks_are_fine(text):
+    assert pm.validate_profile(dict(VALID["installed-rail-accounting"], parents=text))["parents"] == 16
+
+
+def test_a_huge_value_is_named_not_printed():
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(dict(VALID["installed-host"], parents=10**5000, surprise=[10**5000]))
+    messages = [v.message for v in caught.value.violations]
+    assert any("<integer of 16610 bits>" in m for m in messages)
+    assert all(len(m) < 600 for m in messages)
+    json.dumps([v.as_dict() for v in caught.value.violations])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"parents": ' + "1" * 5000 + "}",  # past Python's int digit limit
+        "parents: " + "1" * 5000,
+        "[" * 100_000,  # nested past the recursion limit
+        "a: " + "[" * 100_000,
+    ],
+    ids=["json-5000-digits", "yaml-5000-digits", "json-deep", "yaml-deep"],
+)
+def test_text_the_parsers_refuse_is_a_syntax_violation(text):
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.load_and_derive(profile=text)
+    assert [v.code for v in caught.value.violations] == ["profile.syntax"]
+    assert len(str(caught.value)) < 600

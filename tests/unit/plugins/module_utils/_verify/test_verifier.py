@@ -12,9 +12,9 @@ import pytest
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import rules
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import junit_xml
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import (
     RECEIPT_CODES,
-    junit_xml,
     verify_case,
     verify_run,
 )

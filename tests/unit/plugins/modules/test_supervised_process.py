@@ -1,0 +1,94 @@
+"""The supervised_process module, run as Ansible runs it: each action's required options, then the real supervisor.
+
+Its required_if used to be keyed on the action's value instead of the option name "action", so it
+never fired and a launch without argv reached the supervisor; these tests fail on that code.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers.paths import COLLECTIONS
+
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
+    SupervisorClient,
+    SupervisorNotRunning,
+    start_supervisor,
+)
+
+MODULE = "ansible_collections.orbite.qualification.plugins.modules.supervised_process"
+BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
+
+
+def run_module(tmp_path, **args):
+    """Run the module in a Python process of its own with ``args``; return its JSON result."""
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    run = subprocess.run([sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True,
+                         env=env, check=False, timeout=120)
+    assert run.stdout.strip(), run.stderr
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize(
+    ("action", "given", "missing"),
+    [
+        ("launch", {}, "argv"),
+        ("wait", {}, "child_id"),
+        ("signal", {}, "child_id, pid, start_time"),
+        ("signal", {"child_id": "c1", "pid": 4242}, "start_time"),
+    ],
+)
+def test_each_action_requires_its_options_before_any_supervisor_is_asked(tmp_path, action, given, missing):
+    # No supervisor runs there: with the old required_if the message was "no supervisor socket".
+    result = run_module(tmp_path, action=action, run_dir=str(tmp_path / "nowhere"), **given)
+    assert result["failed"] is True
+    assert result["msg"] == f"action is {action} but all of the following are missing: {missing}"
+
+
+def test_options_of_other_actions_are_not_required(tmp_path):
+    # launch does not need child_id, pid or start_time: it gets past argument checking to the socket.
+    result = run_module(tmp_path, action="launch", run_dir=str(tmp_path / "nowhere"), argv=["/bin/true"])
+    assert result["failed"] is True
+    assert result["code"] == "supervisor.error" and result["error"] == "SupervisorNotRunning"
+    assert "no supervisor socket" in result["msg"]
+
+
+@pytest.fixture
+def supervisor(tmp_path):
+    """A real supervisor on a minimal fake host root; stopped (children killed) afterwards."""
+    kernel = tmp_path / "host" / "proc" / "sys" / "kernel"
+    (kernel / "random").mkdir(parents=True)
+    (kernel / "hostname").write_text("sim-a\n")
+    (kernel / "random" / "boot_id").write_text(BOOT + "\n")
+    (kernel / "osrelease").write_text("6.1.0-sim\n")
+    root = str(tmp_path / "host")
+    run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
+    os.makedirs(os.path.dirname(run_dir))
+    start_supervisor(run_dir, "run-1", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
+                     lease=120, lock_timeout=5)
+    yield root
+    try:
+        SupervisorClient(run_dir).stop(force=True)
+    except SupervisorNotRunning:
+        pass
+
+
+def test_launch_wait_and_signal_through_the_module(tmp_path, supervisor):
+    common = {"run_id": "run-1", "root": supervisor}
+    launched = run_module(tmp_path, action="launch", argv=[sys.executable, "-c", "import time; time.sleep(60)"],
+                          env={"PATH": "/usr/bin:/bin", "RDMAV_ALLOW_DISASSOC_DESTROY": "1"}, **common)
+    assert launched["changed"] is True and launched["env_stripped"] == ["RDMAV_ALLOW_DISASSOC_DESTROY"]
+    child = launched["child"]
+    waited = run_module(tmp_path, action="wait", child_id=child["child_id"], timeout=0.1, **common)
+    assert waited["timed_out"] is True and waited["child"]["running"] is True
+    # A start time that is not the child's is refused: a reused pid is never signalled.
+    refused = run_module(tmp_path, action="signal", child_id=child["child_id"], pid=child["pid"],
+                         start_time=child["start_time"] + 1, **common)
+    assert refused["failed"] is True and refused["msg"].startswith("supervisor refused signal")
+    killed = run_module(tmp_path, action="signal", child_id=child["child_id"], pid=child["pid"],
+                        start_time=child["start_time"], **common)
+    assert killed["child"]["running"] is False and killed["child"]["exit_signal_name"] == "SIGKILL"
