@@ -1,0 +1,1695 @@
+/* Loopback verbs provider: the data path.
+ *
+ * Each RC QP listens on (GID IPv4 address, port), the port being QPN >> 8.
+ * At RTS its requester threads connect to the peer QP found from the AV alone
+ * (dgid -> IPv4, dest_qp_num >> 8), say hello (both GIDs and QPNs, checked
+ * by the peer against its own RTR attributes), then:
+ *   tx  sends one request per WR in order (READ: a header; WRITE/SEND: a
+ *       header and the payload read straight from the local MR);
+ *   rx  reads the responses in the same order (READ: the payload, written
+ *       straight into the local MR; WRITE/SEND: an acknowledgement sent by
+ *       the peer after the bytes landed) and only then writes the CQE;
+ *   responder (one per QP, from creation) accepts the peer's connection and
+ *       serves its requests against this process's key table, checking key,
+ *       PD, bounds and access flags (a failure is a NAK: the requester's WR
+ *       completes with IBV_WC_REM_ACCESS_ERR, both QPs go to ERR, as rxe).
+ * Payload moves in chunks (ORBITE_PROVIDER_CHUNK); between chunks the QP
+ * state is checked, so moving the QP to ERR stops a WR part way (some bytes
+ * landed, some not) and it completes with IBV_WC_WR_FLUSH_ERR once nothing
+ * can land any more.  Sockets only see send()/recv(), never write(): the
+ * uverbs_fault observer's seccomp filter inspects write() calls. */
+#define _GNU_SOURCE
+#include "provider.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HELLO_MAGIC 0x4f524250u /* "ORBP" */
+#define HELLO_VERSION 1
+#define DRAIN_MS 2000
+#define HELLO_MS 5000
+
+struct hello {
+	uint32_t magic;
+	uint16_t version;
+	uint8_t rnr_retry;
+	uint8_t reserved;
+	uint8_t src_gid[16];
+	uint8_t dst_gid[16];
+	uint32_t src_qpn;
+	uint32_t dst_qpn;
+};
+
+enum hello_status {
+	HS_OK,
+	HS_NO_QP,        /* no QP with that number here */
+	HS_NOT_MY_GID,   /* the destination GID is not this device's */
+	HS_NOT_READY,    /* the QP did not reach RTR in time */
+	HS_WRONG_PEER,   /* the QP's AV names another GID/QPN */
+};
+
+struct hello_reply {
+	uint32_t magic;
+	uint32_t status;
+};
+
+enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM };
+#define REQ_SOLICITED 1
+
+struct req_hdr {
+	uint8_t op;
+	uint8_t flags;
+	uint16_t reserved;
+	uint32_t rkey;
+	uint64_t raddr;
+	uint64_t len;
+	uint32_t imm;
+	uint32_t seq;
+};
+
+enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR };
+
+struct resp_hdr {
+	uint8_t status;
+	uint8_t op;
+	uint16_t reserved;
+	uint32_t seq;
+	uint64_t len;
+};
+
+static uint64_t payload_ordinal; /* ORBITE_PROVIDER_STALL counts these */
+
+/* ---------------------------------------------------------------- helpers -- */
+
+static int qstate(struct pqp *q)
+{
+	return (int)__atomic_load_n(&q->qp.state, __ATOMIC_ACQUIRE);
+}
+
+static void set_state(struct pqp *q, enum ibv_qp_state s)
+{
+	__atomic_store_n(&q->qp.state, s, __ATOMIC_RELEASE);
+}
+
+static int spawn(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	int rc;
+
+	/* Provider threads never run the program's signal handlers. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int sendv_all(int fd, struct iovec *iov, int cnt)
+{
+	struct msghdr mh;
+
+	while (cnt > 0) {
+		ssize_t n;
+
+		memset(&mh, 0, sizeof(mh));
+		mh.msg_iov = iov;
+		mh.msg_iovlen = (size_t)cnt;
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		while (cnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+/* The requester gives up on a peer that stays silent after ERR. */
+static int rx_abandon(struct pqp *q)
+{
+	int s = qstate(q);
+
+	if (__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE) || s == IBV_QPS_RESET)
+		return 1;
+	return s == IBV_QPS_ERR && now_ms() - __atomic_load_n(&q->err_ms, __ATOMIC_ACQUIRE) > DRAIN_MS;
+}
+
+/* 0 when all bytes came, -1 on error or end of stream.  With q, the socket
+ * has a receive timeout and rx_abandon decides whether to keep waiting. */
+static int recvv_q(struct pqp *q, int fd, struct iovec *iov, int cnt)
+{
+	struct msghdr mh;
+
+	while (cnt > 0) {
+		ssize_t n;
+
+		if (iov->iov_len == 0) {
+			iov++;
+			cnt--;
+			continue;
+		}
+		memset(&mh, 0, sizeof(mh));
+		mh.msg_iov = iov;
+		mh.msg_iovlen = (size_t)cnt;
+		n = recvmsg(fd, &mh, MSG_WAITALL);
+		if (n < 0 && (errno == EINTR || ((errno == EAGAIN || errno == EWOULDBLOCK) && q &&
+						  !rx_abandon(q))))
+			continue;
+		if (n <= 0)
+			return -1;
+		while (cnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+static int recvv_all(int fd, struct iovec *iov, int cnt)
+{
+	return recvv_q(NULL, fd, iov, cnt);
+}
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+	struct iovec iov = { buf, len };
+
+	return recvv_all(fd, &iov, 1);
+}
+
+static int recv_q(struct pqp *q, int fd, void *buf, size_t len)
+{
+	struct iovec iov = { buf, len };
+
+	return recvv_q(q, fd, &iov, 1);
+}
+
+static int discard(int fd, uint64_t len)
+{
+	uint8_t sink[16384];
+
+	while (len) {
+		size_t n = len < sizeof(sink) ? (size_t)len : sizeof(sink);
+
+		if (recv_all(fd, sink, n))
+			return -1;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Wait up to ms for fd to become readable; 1 readable, 0 timeout, -1 error. */
+static int wait_readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int rc;
+
+	do
+		rc = poll(&p, 1, ms);
+	while (rc < 0 && errno == EINTR);
+	return rc;
+}
+
+static void set_nodelay(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Build iovecs for bytes [off, off+len) of a scatter list of resolved memory. */
+static int slice(const struct ibv_sge *sge, const struct memref *mem, int nsge, uint64_t off,
+		 uint64_t len, struct iovec *iov, int maxiov)
+{
+	int i, n = 0;
+
+	for (i = 0; i < nsge && len; i++) {
+		uint64_t l = sge[i].length;
+
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		if (n == maxiov)
+			break;
+		iov[n].iov_base = mem[i].ptr + off;
+		iov[n].iov_len = (size_t)(l - off < len ? l - off : len);
+		len -= iov[n].iov_len;
+		off = 0;
+		n++;
+	}
+	return n;
+}
+
+void qp_wake(struct pqp *q)
+{
+	pthread_cond_broadcast(&q->cond);
+	pthread_cond_broadcast(&q->txcv);
+}
+
+/* ------------------------------------------------------------ completions -- */
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return IBV_WC_SEND;
+	case IBV_WR_BIND_MW:
+		return IBV_WC_BIND_MW;
+	case IBV_WR_LOCAL_INV:
+		return IBV_WC_LOCAL_INV;
+	default:
+		return IBV_WC_RDMA_WRITE;
+	}
+}
+
+void cq_push(struct pcq *cq, const struct cqe_slot *slot)
+{
+	struct pchan *ch = (struct pchan *)cq->cq.channel;
+	int fire;
+
+	pthread_mutex_lock(&cq->lock);
+	if (cq->count == cq->cap) {
+		/* CQ overrun: the completion is lost, as on an RNIC, and the
+		 * program gets IBV_EVENT_CQ_ERR. */
+		if (cq->overruns++ == 0) {
+			prov_warn("CQ %p overrun (%d entries): completions are lost", (void *)cq, cq->cap);
+			ctx_async_event((struct pctx *)cq->cq.context, (uintptr_t)cq, IBV_EVENT_CQ_ERR);
+		}
+		pthread_mutex_unlock(&cq->lock);
+		return;
+	}
+	cq->ring[(cq->head + cq->count) % cq->cap] = *slot;
+	cq->count++;
+	fire = cq->armed == 1 ||
+	       (cq->armed == 2 && (slot->solicited || slot->wc.status != IBV_WC_SUCCESS));
+	if (fire && ch) {
+		struct {
+			uint64_t cq_handle;
+		} ev = { cq->id };
+
+		cq->armed = 0;
+		send(ch->wfd, &ev, sizeof(ev), MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	pthread_mutex_unlock(&cq->lock);
+}
+
+void cq_purge_qp(struct pcq *cq, struct pqp *qp)
+{
+	int i, out = 0;
+
+	pthread_mutex_lock(&cq->lock);
+	for (i = 0; i < cq->count; i++) {
+		struct cqe_slot *s = &cq->ring[(cq->head + i) % cq->cap];
+
+		if (s->qp != qp)
+			cq->ring[(cq->head + out++) % cq->cap] = *s;
+	}
+	cq->count = out;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+/* One send CQE (q->lock held).  Error completions carry only wr_id, status,
+ * qp_num and vendor_err: the rest is poisoned so that no engine relies on it. */
+static void complete_send(struct pqp *q, struct swqe *e, enum ibv_wc_status status)
+{
+	struct cqe_slot s;
+	int signaled = q->sq_sig_all || (e->send_flags & IBV_SEND_SIGNALED);
+
+	stat_add(status == IBV_WC_SUCCESS ? S_WR_COMPLETED : S_WR_FAILED, 1);
+	if (status == IBV_WC_SUCCESS && !signaled)
+		return; /* its send-queue slot goes with the next polled CQE */
+	memset(&s, 0, sizeof(s));
+	s.qp = q;
+	s.is_send = 1;
+	s.sq_seq = e->seq;
+	s.wc.wr_id = e->wr_id;
+	s.wc.status = status;
+	s.wc.qp_num = q->qp.qp_num;
+	if (status == IBV_WC_SUCCESS) {
+		s.wc.opcode = wc_opcode(e->opcode);
+		s.wc.byte_len = (uint32_t)e->len;
+	} else {
+		s.wc.opcode = (enum ibv_wc_opcode)0x5a;
+		s.wc.byte_len = 0xdeadbeef;
+		s.wc.vendor_err = 0x100 + (uint32_t)status;
+	}
+	cq_push((struct pcq *)q->qp.send_cq, &s);
+}
+
+static void complete_recv(struct pqp *q, const struct rwqe *r, enum ibv_wc_status status,
+			  enum ibv_wc_opcode op, uint64_t len, int with_imm, uint32_t imm,
+			  int solicited)
+{
+	struct cqe_slot s;
+
+	memset(&s, 0, sizeof(s));
+	s.qp = q;
+	s.solicited = solicited;
+	s.wc.wr_id = r->wr_id;
+	s.wc.status = status;
+	s.wc.qp_num = q->qp.qp_num;
+	if (status == IBV_WC_SUCCESS) {
+		s.wc.opcode = op;
+		s.wc.byte_len = (uint32_t)len;
+		s.wc.src_qp = q->dest_qpn;
+		if (with_imm) {
+			s.wc.wc_flags = IBV_WC_WITH_IMM;
+			s.wc.imm_data = imm;
+		}
+	} else {
+		s.wc.opcode = (enum ibv_wc_opcode)0x5a;
+		s.wc.byte_len = 0xdeadbeef;
+		s.wc.vendor_err = 0x100 + (uint32_t)status;
+	}
+	cq_push((struct pcq *)q->qp.recv_cq, &s);
+}
+
+/* Flush what is queued (q->lock held): the first WR gets the pending error
+ * (a transport failure), every other one IBV_WC_WR_FLUSH_ERR. */
+void qp_flush_locked(struct pqp *q)
+{
+	uint32_t n = q->cap.max_send_wr ? q->cap.max_send_wr : 1;
+	uint32_t rn = q->cap.max_recv_wr ? q->cap.max_recv_wr : 1;
+
+	while (q->sq_rx < q->sq_head) {
+		struct swqe *e = &q->sq[q->sq_rx % n];
+		enum ibv_wc_status st = IBV_WC_WR_FLUSH_ERR;
+
+		if (q->pending_err != IBV_WC_SUCCESS && q->pending_err != IBV_WC_WR_FLUSH_ERR)
+			st = q->pending_err;
+		q->pending_err = IBV_WC_WR_FLUSH_ERR;
+		complete_send(q, e, st);
+		q->sq_rx++;
+	}
+	q->sq_tx = q->sq_rx;
+	while (q->rq_tail < q->rq_head) {
+		complete_recv(q, &q->rq[q->rq_tail % rn], IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
+		q->rq_tail++;
+	}
+	q->flushed = 1;
+}
+
+void qp_set_error_locked(struct pqp *q, enum ibv_wc_status status)
+{
+	if (q->qp.state == IBV_QPS_ERR)
+		return;
+	set_state(q, IBV_QPS_ERR);
+	__atomic_store_n(&q->err_ms, now_ms(), __ATOMIC_RELEASE);
+	if (q->pending_err == IBV_WC_SUCCESS)
+		q->pending_err = status;
+	/* A QP in error answers nothing: the peer's requests go unanswered. */
+	if (q->ifd >= 0)
+		shutdown(q->ifd, SHUT_RDWR);
+	if (!q->rx_running)
+		qp_flush_locked(q);
+	qp_wake(q);
+}
+
+/* ------------------------------------------------------------ posting -- */
+
+static int is_payload(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_RDMA_READ || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
+	       op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+}
+
+/* Queue one WR (q->lock held); 0 or the errno post_send returns. */
+static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1_bind)
+{
+	uint32_t n = q->cap.max_send_wr;
+	struct swqe *e;
+	uint64_t len = 0;
+	int i, inl = (w->send_flags & IBV_SEND_INLINE) != 0;
+
+	switch (w->opcode) {
+	case IBV_WR_RDMA_READ:
+		if (inl)
+			return EINVAL;
+		break;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		break;
+	case IBV_WR_BIND_MW:
+		/* Type-2 windows through post_send, type 1 through ibv_bind_mw. */
+		if (!w->bind_mw.mw || w->bind_mw.mw->context != q->qp.context ||
+		    w->bind_mw.mw->type != (type1_bind ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2))
+			return EINVAL;
+		break;
+	case IBV_WR_LOCAL_INV:
+		break;
+	default:
+		return EINVAL; /* atomics, TSO, SEND_WITH_INV: not modelled */
+	}
+	if (w->num_sge < 0 || (uint32_t)w->num_sge > q->cap.max_send_sge)
+		return EINVAL;
+	for (i = 0; i < w->num_sge; i++)
+		len += w->sg_list[i].length;
+	if (inl && len > q->cap.max_inline_data)
+		return EINVAL;
+	if (len > (1ull << 31))
+		return EINVAL; /* max_msg_sz */
+	if (!n || q->sq_head - __atomic_load_n(&q->sq_tail, __ATOMIC_SEQ_CST) >= n)
+		return ENOMEM; /* the send queue is full */
+	e = &q->sq[q->sq_head % n];
+	e->wr_id = w->wr_id;
+	e->opcode = w->opcode;
+	e->send_flags = w->send_flags;
+	e->imm = w->imm_data;
+	e->inv_rkey = w->invalidate_rkey;
+	e->rkey = w->wr.rdma.rkey;
+	e->raddr = w->wr.rdma.remote_addr;
+	e->num_sge = w->num_sge;
+	e->len = len;
+	e->mw = NULL;
+	if (w->opcode == IBV_WR_BIND_MW) {
+		e->mw = w->bind_mw.mw;
+		e->new_rkey = w->bind_mw.rkey;
+		e->bind = w->bind_mw.bind_info;
+		e->len = 0;
+	}
+	if (inl) {
+		uint64_t off = 0;
+
+		/* Inline data is copied now: no key is checked, the buffer
+		 * may be reused as soon as post_send returns. */
+		for (i = 0; i < w->num_sge; i++) {
+			memcpy(e->inl + off, (void *)(uintptr_t)w->sg_list[i].addr, w->sg_list[i].length);
+			off += w->sg_list[i].length;
+		}
+		e->num_sge = 0;
+	} else if (w->num_sge) {
+		memcpy(e->sge, w->sg_list, sizeof(*e->sge) * (size_t)w->num_sge);
+	}
+	e->stall_at = UINT64_MAX;
+	if (is_payload(w->opcode)) {
+		uint64_t ord = __atomic_fetch_add(&payload_ordinal, 1, __ATOMIC_RELAXED);
+
+		if (cfg.stall_skip >= 0 && ord == (uint64_t)cfg.stall_skip) {
+			e->stall_at = cfg.stall_bytes;
+			q->stall_ms = cfg.stall_ms;
+		} else if (q->stall_next != UINT64_MAX) {
+			e->stall_at = q->stall_next;
+			q->stall_next = UINT64_MAX;
+		}
+	}
+	e->state = W_POSTED;
+	e->status = IBV_WC_SUCCESS;
+	e->seq = q->sq_head++;
+	return 0;
+}
+
+int dp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct pqp *q = (struct pqp *)qp;
+	struct ibv_send_wr *w;
+	int ret = 0, st;
+
+	pthread_mutex_lock(&q->lock);
+	st = q->qp.state;
+	for (w = wr; w; w = w->next) {
+		ret = (st == IBV_QPS_RTS || st == IBV_QPS_ERR) ? post_one_locked(q, w, 0) : EINVAL;
+		if (ret) {
+			*bad = w;
+			break;
+		}
+	}
+	/* In ERR a WR is accepted and flushed at once, after the queue. */
+	if (st == IBV_QPS_ERR && q->flushed)
+		qp_flush_locked(q);
+	pthread_cond_signal(&q->txcv); /* only tx waits for posts */
+	pthread_mutex_unlock(&q->lock);
+	return ret;
+}
+
+int dp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	struct pqp *q = (struct pqp *)qp;
+	struct ibv_send_wr w;
+	int ret;
+
+	memset(&w, 0, sizeof(w));
+	w.wr_id = bind->wr_id;
+	w.send_flags = bind->send_flags;
+	w.opcode = IBV_WR_BIND_MW;
+	w.bind_mw.mw = mw;
+	w.bind_mw.bind_info = bind->bind_info;
+	w.bind_mw.rkey = orbite_ibv_inc_rkey(mw->rkey);
+	pthread_mutex_lock(&q->lock);
+	if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR) {
+		pthread_mutex_unlock(&q->lock);
+		return EINVAL;
+	}
+	/* A type-1 bind is a send-queue operation too. */
+	ret = post_one_locked(q, &w, 1);
+	if (!ret)
+		mw->rkey = w.bind_mw.rkey; /* the new key is known at once */
+	if (q->qp.state == IBV_QPS_ERR && q->flushed)
+		qp_flush_locked(q);
+	pthread_cond_signal(&q->txcv);
+	pthread_mutex_unlock(&q->lock);
+	return ret;
+}
+
+int dp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct pqp *q = (struct pqp *)qp;
+	uint32_t n = q->cap.max_recv_wr;
+	struct ibv_recv_wr *w;
+	int ret = 0;
+
+	pthread_mutex_lock(&q->lock);
+	for (w = wr; w; w = w->next) {
+		struct rwqe *r;
+
+		if (q->qp.state == IBV_QPS_RESET) {
+			ret = EINVAL;
+		} else if (w->num_sge < 0 || (uint32_t)w->num_sge > q->cap.max_recv_sge) {
+			ret = EINVAL;
+		} else if (!n || q->rq_head - q->rq_tail >= n) {
+			ret = ENOMEM;
+		}
+		if (ret) {
+			*bad = w;
+			break;
+		}
+		r = &q->rq[q->rq_head % n];
+		r->wr_id = w->wr_id;
+		r->num_sge = w->num_sge;
+		if (w->num_sge)
+			memcpy(r->sge, w->sg_list, sizeof(*r->sge) * (size_t)w->num_sge);
+		q->rq_head++;
+	}
+	if (q->qp.state == IBV_QPS_ERR && q->flushed)
+		qp_flush_locked(q);
+	qp_wake(q);
+	pthread_mutex_unlock(&q->lock);
+	return ret;
+}
+
+int dp_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct pcq *cq = (struct pcq *)ibcq;
+	int n = 0;
+
+	pthread_mutex_lock(&cq->lock);
+	while (n < num && cq->count > 0) {
+		struct cqe_slot *s = &cq->ring[cq->head];
+
+		wc[n++] = s->wc;
+		/* A polled send CQE frees its slot and every earlier one
+		 * (unsignaled WRs included), as on hardware. */
+		if (s->is_send)
+			__atomic_store_n(&s->qp->sq_tail, s->sq_seq + 1, __ATOMIC_SEQ_CST);
+		cq->head = (cq->head + 1) % cq->cap;
+		cq->count--;
+	}
+	pthread_mutex_unlock(&cq->lock);
+	return n;
+}
+
+int dp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct pcq *cq = (struct pcq *)ibcq;
+
+	pthread_mutex_lock(&cq->lock);
+	cq->armed = solicited_only ? 2 : 1;
+	pthread_mutex_unlock(&cq->lock);
+	return 0;
+}
+
+/* ---------------------------------------------------- local operations -- */
+
+/* Bind or invalidate a memory window (tx thread); 0 or IBV_WC_MW_BIND_ERR. */
+static enum ibv_wc_status local_op(struct pqp *q, struct swqe *e)
+{
+	struct pctx *c = q->c;
+	enum ibv_wc_status st = IBV_WC_MW_BIND_ERR;
+	struct pmw *w;
+
+	pthread_mutex_lock(&c->lock);
+	if (e->opcode == IBV_WR_LOCAL_INV) {
+		uint32_t idx = e->inv_rkey >> 8;
+		struct keyent *k = idx && idx < c->nkeys ? &c->keys[idx] : NULL;
+
+		if (k && k->kind == KEY_MW && k->tag == (uint8_t)e->inv_rkey) {
+			w = k->obj;
+			if (w->mw.type == IBV_MW_TYPE_2 && w->bound && w->mw.pd == q->qp.pd) {
+				if (w->mr)
+					w->mr->mw_bound--;
+				w->bound = 0;
+				w->mr = NULL;
+				w->qp = NULL;
+				st = IBV_WC_SUCCESS;
+			}
+		}
+	} else {
+		struct pmr *mr = (struct pmr *)e->bind.mr;
+		uint32_t idx;
+
+		w = (struct pmw *)e->mw;
+		idx = w->mw.rkey >> 8;
+		if (!e->bind.length && w->mw.type == IBV_MW_TYPE_1) {
+			/* A zero-length type-1 bind unbinds the window. */
+			if (w->bound && w->mr)
+				w->mr->mw_bound--;
+			w->bound = 0;
+			w->mr = NULL;
+			st = IBV_WC_SUCCESS;
+		} else if (mr && !mr->dead && mr->mr.pd == q->qp.pd && w->mw.pd == q->qp.pd &&
+			   (mr->access & IBV_ACCESS_MW_BIND) &&
+			   (e->new_rkey >> 8) == idx &&
+			   !(w->mw.type == IBV_MW_TYPE_2 && w->bound) &&
+			   e->bind.addr >= mr->iova && e->bind.addr - mr->iova <= mr->mr.length &&
+			   e->bind.length <= mr->mr.length - (e->bind.addr - mr->iova) &&
+			   (!(e->bind.mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) ||
+			    (mr->access & IBV_ACCESS_LOCAL_WRITE))) {
+			if (w->bound && w->mr)
+				w->mr->mw_bound--;
+			w->bound = 1;
+			w->mr = mr;
+			mr->mw_bound++;
+			w->addr = e->bind.addr;
+			w->length = e->bind.length;
+			w->access = (int)e->bind.mw_access_flags;
+			w->qp = w->mw.type == IBV_MW_TYPE_2 ? q : NULL;
+			/* The new key is live from here; mw->rkey is the program's
+			 * (type 1: set by ibv_bind_mw at post time). */
+			c->keys[idx].tag = (uint8_t)e->new_rkey;
+			st = IBV_WC_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+/* ------------------------------------------------------------- connect -- */
+
+/* Transport retry budget: retry_cnt x 4.096 us x 2^timeout, at least one
+ * second (a loaded 2-CPU runner), at most 30 s (timeout 0 = infinite). */
+static long transport_ms(struct pqp *q)
+{
+	double ms;
+
+	if (q->timeout == 0)
+		return 30000;
+	ms = 0.004096 * (double)(1ull << (q->timeout > 31 ? 31 : q->timeout)) * (q->retry_cnt + 1);
+	if (ms < 1000)
+		ms = 1000;
+	if (ms > 30000)
+		ms = 30000;
+	return (long)ms;
+}
+
+static int connect_once(struct pqp *q, uint32_t dip, uint16_t port, int ms)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = dip, .sin_port = htons(port) };
+	struct pollfd p;
+	uint32_t sip;
+	int fd, err = 0, flags;
+	socklen_t el = sizeof(err);
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	/* From our own GID's address, so the peer sees who we claim to be. */
+	if (gid_ipv4(&q->sgid, &sip)) {
+		struct sockaddr_in src = { .sin_family = AF_INET, .sin_addr.s_addr = sip };
+
+		if (bind(fd, (struct sockaddr *)&src, sizeof(src))) {
+			close(fd);
+			return -1;
+		}
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) && errno != EINPROGRESS) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	p.fd = fd;
+	p.events = POLLOUT;
+	if (poll(&p, 1, ms) <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) || err) {
+		close(fd);
+		errno = err ? err : ETIMEDOUT;
+		return -1;
+	}
+	flags = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	set_nodelay(fd);
+	{
+		/* rx wakes up now and then to see whether to give up (rx_abandon). */
+		struct timeval tv = { 0, 200 * 1000 };
+
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
+	return fd;
+}
+
+/* Connect to the peer QP named by the AV; the fd, or -1 (unreachable). */
+static int do_connect(struct pqp *q)
+{
+	uint64_t deadline = now_ms() + (uint64_t)transport_ms(q);
+	struct hello h;
+	struct hello_reply r;
+	uint32_t dip;
+	int fd;
+
+	if (!gid_ipv4(&q->dgid, &dip))
+		return -1; /* only IPv4-mapped GIDs are reachable here */
+	memset(&h, 0, sizeof(h));
+	h.magic = HELLO_MAGIC;
+	h.version = HELLO_VERSION;
+	h.rnr_retry = (uint8_t)q->rnr_retry;
+	memcpy(h.src_gid, q->sgid.raw, 16);
+	memcpy(h.dst_gid, q->dgid.raw, 16);
+	h.src_qpn = q->qp.qp_num;
+	h.dst_qpn = q->dest_qpn;
+	for (;;) {
+		uint64_t now = now_ms();
+
+		if (now >= deadline || qstate(q) != IBV_QPS_RTS || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
+			return -1;
+		fd = connect_once(q, dip, (uint16_t)(q->dest_qpn >> 8), (int)(deadline - now));
+		if (fd >= 0)
+			break;
+		if (errno != ECONNREFUSED && errno != EAGAIN && errno != ETIMEDOUT)
+			return -1;
+		usleep(20000); /* nobody listens yet: retry, as the transport does */
+	}
+	if (send_all(fd, &h, sizeof(h))) {
+		close(fd);
+		return -1;
+	}
+	/* The peer answers once its QP is in RTR; give up with the budget, or
+	 * as soon as this QP leaves RTS. */
+	for (;;) {
+		int rc = wait_readable(fd, 100);
+
+		if (rc > 0)
+			break;
+		if (rc < 0 || now_ms() >= deadline || qstate(q) != IBV_QPS_RTS ||
+		    __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+			close(fd);
+			return -1;
+		}
+	}
+	if (recv_q(q, fd, &r, sizeof(r)) || r.magic != HELLO_MAGIC || r.status != HS_OK) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* ------------------------------------------------------------ requester -- */
+
+enum { TX_OK, TX_LOCAL_ERR, TX_ABORTED, TX_IOERR };
+
+/* Stall hook: wait until the QP leaves RTS (or the hook's time is up). */
+static void stall_wait(struct pqp *q)
+{
+	struct timespec ts;
+
+	abstime_in(&ts, q->stall_ms > 0 ? q->stall_ms : cfg.stall_ms);
+	stat_add(S_STALLS, 1);
+	pthread_mutex_lock(&q->lock);
+	while (q->qp.state == IBV_QPS_RTS && !q->dead)
+		if (pthread_cond_timedwait(&q->cond, &q->lock, &ts))
+			break;
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* Bytes of the next piece: a chunk, cut at the stall point. */
+static uint64_t piece_len(struct swqe *e, uint64_t done)
+{
+	uint64_t n = e->len - done;
+
+	if (n > cfg.chunk)
+		n = cfg.chunk;
+	if (e->stall_at > done && e->stall_at - done < n)
+		n = e->stall_at - done;
+	return n;
+}
+
+static int acquire_sges(struct pqp *q, struct swqe *e, int access, struct memref *mem)
+{
+	int i;
+
+	for (i = 0; i < e->num_sge; i++) {
+		if (mem_acquire(q->c, q->qp.pd, q, e->sge[i].lkey, e->sge[i].addr, e->sge[i].length,
+				access, 0, &mem[i])) {
+			while (i--)
+				mem_release(q->c, &mem[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void release_sges(struct pqp *q, int n, struct memref *mem)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		mem_release(q->c, &mem[i]);
+}
+
+static int tx_one(struct pqp *q, int fd, struct swqe *e)
+{
+	struct memref mem[32];
+	struct req_hdr h;
+	uint64_t done = 0;
+	int inl = (e->send_flags & IBV_SEND_INLINE) != 0, hdr = 1;
+
+	if (e->opcode == IBV_WR_BIND_MW || e->opcode == IBV_WR_LOCAL_INV) {
+		e->status = local_op(q, e);
+		return e->status == IBV_WC_SUCCESS ? TX_OK : TX_LOCAL_ERR;
+	}
+	/* Local keys first: a bad lkey never puts a request on the wire. */
+	if (acquire_sges(q, e, e->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR;
+		return TX_LOCAL_ERR;
+	}
+	memset(&h, 0, sizeof(h));
+	switch (e->opcode) {
+	case IBV_WR_RDMA_READ:
+		h.op = OP_READ;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		h.op = OP_WRITE;
+		break;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		h.op = OP_WRITE_IMM;
+		break;
+	case IBV_WR_SEND:
+		h.op = OP_SEND;
+		break;
+	default:
+		h.op = OP_SEND_IMM;
+		break;
+	}
+	h.flags = (e->send_flags & IBV_SEND_SOLICITED) ? REQ_SOLICITED : 0;
+	h.rkey = e->rkey;
+	h.raddr = e->raddr;
+	h.len = e->len;
+	h.imm = e->imm;
+	h.seq = (uint32_t)e->seq;
+	if (h.op == OP_READ || e->len == 0 || e->stall_at == 0) {
+		if (send_all(fd, &h, sizeof(h))) {
+			release_sges(q, e->num_sge, mem);
+			return TX_IOERR;
+		}
+		hdr = 0;
+	}
+	if (h.op == OP_READ) {
+		release_sges(q, e->num_sge, mem); /* rx checks them again when landing */
+		return TX_OK;
+	}
+	while (done < e->len) {
+		struct iovec iov[33];
+		uint64_t n;
+		int cnt;
+
+		if (done == e->stall_at)
+			stall_wait(q);
+		if (qstate(q) != IBV_QPS_RTS) {
+			release_sges(q, e->num_sge, mem);
+			return TX_ABORTED; /* moved to ERR (or RESET) part way */
+		}
+		n = piece_len(e, done);
+		/* The header travels with the first piece: one call, one segment less. */
+		if (hdr) {
+			iov[0].iov_base = &h;
+			iov[0].iov_len = sizeof(h);
+		}
+		if (inl) {
+			iov[hdr].iov_base = e->inl + done;
+			iov[hdr].iov_len = (size_t)n;
+			cnt = 1;
+		} else {
+			cnt = slice(e->sge, mem, e->num_sge, done, n, iov + hdr, 32);
+		}
+		cnt += hdr;
+		hdr = 0;
+		if (sendv_all(fd, iov, cnt)) {
+			release_sges(q, e->num_sge, mem);
+			return TX_IOERR;
+		}
+		done += n;
+		if (cfg.pace_us)
+			usleep((useconds_t)cfg.pace_us);
+	}
+	release_sges(q, e->num_sge, mem);
+	return TX_OK;
+}
+
+static void *tx_main(void *arg)
+{
+	struct pqp *q = arg;
+	uint32_t n = q->cap.max_send_wr ? q->cap.max_send_wr : 1;
+	int fd;
+
+	pthread_mutex_lock(&q->lock);
+	while (!q->dead && q->qp.state == IBV_QPS_RTS && q->sq_tx == q->sq_head)
+		pthread_cond_wait(&q->txcv, &q->lock);
+	if (q->dead || q->qp.state != IBV_QPS_RTS)
+		goto out;
+	/* Connected on the first WR: with nothing posted a QP never finds out
+	 * that its peer is unreachable, as on hardware. */
+	pthread_mutex_unlock(&q->lock);
+	fd = do_connect(q);
+	pthread_mutex_lock(&q->lock);
+	if (fd < 0) {
+		q->conn_failed = 1;
+		if (q->qp.state == IBV_QPS_RTS)
+			qp_set_error_locked(q, IBV_WC_RETRY_EXC_ERR);
+		goto out;
+	}
+	q->ofd = fd;
+	q->connected = 1;
+	qp_wake(q);
+	for (;;) {
+		struct swqe *e;
+		int r;
+
+		while (!q->dead && q->qp.state == IBV_QPS_RTS && q->sq_tx == q->sq_head)
+			pthread_cond_wait(&q->txcv, &q->lock);
+		if (q->dead || q->qp.state != IBV_QPS_RTS)
+			break;
+		e = &q->sq[q->sq_tx % n];
+		pthread_mutex_unlock(&q->lock);
+		r = tx_one(q, fd, e);
+		pthread_mutex_lock(&q->lock);
+		if (r == TX_OK) {
+			e->state = (e->opcode == IBV_WR_BIND_MW || e->opcode == IBV_WR_LOCAL_INV) ?
+				   W_LOCAL_DONE : W_SENT;
+			q->sq_tx++;
+			qp_wake(q);
+			continue;
+		}
+		if (r == TX_LOCAL_ERR) {
+			/* Completed in order by rx, which then moves the QP to ERR. */
+			e->state = W_LOCAL_ERR;
+			q->sq_tx++;
+			qp_wake(q);
+		} else if (r == TX_IOERR && q->qp.state == IBV_QPS_RTS) {
+			qp_set_error_locked(q, IBV_WC_RETRY_EXC_ERR);
+		}
+		break;
+	}
+out:
+	q->tx_stopped = 1;
+	/* The peer lands everything sent so far, then sees the end. */
+	if (q->ofd >= 0)
+		shutdown(q->ofd, SHUT_WR);
+	qp_wake(q);
+	pthread_mutex_unlock(&q->lock);
+	return NULL;
+}
+
+enum { RX_OK, RX_NAK, RX_IOERR, RX_ABORTED };
+
+static enum ibv_wc_status nak_status(int s)
+{
+	switch (s) {
+	case R_NAK_ACCESS:
+		return IBV_WC_REM_ACCESS_ERR;
+	case R_NAK_INV_REQ:
+		return IBV_WC_REM_INV_REQ_ERR;
+	case R_NAK_RNR:
+		return IBV_WC_RNR_RETRY_EXC_ERR;
+	default:
+		return IBV_WC_REM_OP_ERR;
+	}
+}
+
+static int rx_one(struct pqp *q, int fd, struct swqe *e)
+{
+	struct memref mem[32];
+	struct resp_hdr h;
+	uint64_t done = 0;
+
+	if (recv_q(q, fd, &h, sizeof(h)))
+		return RX_IOERR;
+	if (h.seq != (uint32_t)e->seq) {
+		e->status = IBV_WC_BAD_RESP_ERR;
+		return RX_NAK;
+	}
+	if (h.status != R_ACK) {
+		e->status = nak_status(h.status);
+		return RX_NAK;
+	}
+	if (e->opcode != IBV_WR_RDMA_READ) {
+		stat_add(S_WRITE_BYTES_SENT, e->len);
+		return RX_OK;
+	}
+	if (h.len != e->len) {
+		e->status = IBV_WC_BAD_RESP_ERR;
+		return RX_NAK;
+	}
+	if (acquire_sges(q, e, IBV_ACCESS_LOCAL_WRITE, mem)) {
+		/* The MR went away since the request left. */
+		e->status = IBV_WC_LOC_PROT_ERR;
+		return discard(fd, e->len) ? RX_IOERR : RX_NAK;
+	}
+	while (done < e->len) {
+		struct iovec iov[32];
+		uint64_t n;
+		int cnt;
+
+		if (done == e->stall_at)
+			stall_wait(q);
+		if (qstate(q) != IBV_QPS_RTS) {
+			release_sges(q, e->num_sge, mem);
+			return RX_ABORTED; /* what landed stays, the rest never will */
+		}
+		n = piece_len(e, done);
+		cnt = slice(e->sge, mem, e->num_sge, done, n, iov, 32);
+		if (recvv_q(q, fd, iov, cnt)) {
+			release_sges(q, e->num_sge, mem);
+			return RX_IOERR;
+		}
+		done += n;
+		stat_add(S_READ_BYTES_LANDED, n);
+		if (cfg.pace_us)
+			usleep((useconds_t)cfg.pace_us);
+	}
+	release_sges(q, e->num_sge, mem);
+	return RX_OK;
+}
+
+/* After ERR: stop tx, let the peer land and answer what it got, then flush. */
+static void rx_flush(struct pqp *q)
+{
+	struct timespec ts;
+	int fd;
+
+	abstime_in(&ts, DRAIN_MS);
+	while (q->tx_running && !q->tx_stopped)
+		if (pthread_cond_timedwait(&q->cond, &q->lock, &ts)) {
+			/* tx is stuck in send() to a peer that does not read. */
+			if (q->ofd >= 0)
+				shutdown(q->ofd, SHUT_RDWR);
+			abstime_in(&ts, DRAIN_MS);
+		}
+	fd = q->ofd;
+	if (fd >= 0) {
+		uint64_t deadline = now_ms() + DRAIN_MS;
+		uint8_t sink[16384];
+
+		pthread_mutex_unlock(&q->lock);
+		for (;;) {
+			uint64_t now = now_ms();
+			ssize_t r;
+
+			if (now >= deadline || wait_readable(fd, (int)(deadline - now)) <= 0)
+				break;
+			r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+				break;
+		}
+		shutdown(fd, SHUT_RDWR);
+		pthread_mutex_lock(&q->lock);
+	}
+	qp_flush_locked(q);
+}
+
+static void *rx_main(void *arg)
+{
+	struct pqp *q = arg;
+	uint32_t n = q->cap.max_send_wr ? q->cap.max_send_wr : 1;
+
+	pthread_mutex_lock(&q->lock);
+	for (;;) {
+		struct swqe *e;
+		int r;
+
+		if (q->dead || q->qp.state == IBV_QPS_RESET)
+			break;
+		if (q->qp.state == IBV_QPS_ERR) {
+			/* rx_flush drops the lock: look again before sleeping. */
+			if (!q->flushed)
+				rx_flush(q);
+			else
+				pthread_cond_wait(&q->cond, &q->lock);
+			continue;
+		}
+		if (q->sq_rx == q->sq_tx) {
+			pthread_cond_wait(&q->cond, &q->lock);
+			continue;
+		}
+		e = &q->sq[q->sq_rx % n];
+		if (e->state == W_LOCAL_DONE) {
+			complete_send(q, e, IBV_WC_SUCCESS);
+			q->sq_rx++;
+			continue;
+		}
+		if (e->state == W_LOCAL_ERR) {
+			complete_send(q, e, e->status);
+			q->sq_rx++;
+			qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR);
+			continue;
+		}
+		pthread_mutex_unlock(&q->lock);
+		r = rx_one(q, q->ofd, e);
+		pthread_mutex_lock(&q->lock);
+		if (r == RX_OK) {
+			complete_send(q, e, IBV_WC_SUCCESS);
+			q->sq_rx++;
+		} else if (r == RX_NAK) {
+			complete_send(q, e, e->status);
+			q->sq_rx++;
+			qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR);
+		} else if (q->qp.state == IBV_QPS_RTS) {
+			/* The peer stopped answering: retries exhausted. */
+			complete_send(q, e, IBV_WC_RETRY_EXC_ERR);
+			q->sq_rx++;
+			qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR);
+		}
+		/* RX_ABORTED, or an error after ERR/RESET: the loop decides. */
+	}
+	q->rx_running = 0;
+	qp_wake(q);
+	pthread_mutex_unlock(&q->lock);
+	return NULL;
+}
+
+/* Called with q->lock held, at the move to RTS. */
+int qp_start_requester(struct pqp *q)
+{
+	q->tx_stopped = 0;
+	q->connected = 0;
+	q->conn_failed = 0;
+	q->flushed = 0;
+	q->tx_running = 1;
+	q->rx_running = 1;
+	q->req_threads = 0;
+	if (spawn(&q->tx, tx_main, q)) {
+		q->tx_running = q->rx_running = 0;
+		return -1;
+	}
+	q->req_threads = 1;
+	if (spawn(&q->rx, rx_main, q)) {
+		q->rx_running = 0; /* errors flush at once; tx is joined later */
+		return -1;
+	}
+	q->req_threads = 2;
+	return 0;
+}
+
+void qp_stop_requester(struct pqp *q)
+{
+	int threads;
+
+	pthread_mutex_lock(&q->lock);
+	threads = q->req_threads;
+	q->req_threads = 0;
+	if (q->ofd >= 0)
+		shutdown(q->ofd, SHUT_RDWR);
+	qp_wake(q);
+	pthread_mutex_unlock(&q->lock);
+	if (threads >= 1)
+		pthread_join(q->tx, NULL);
+	if (threads >= 2)
+		pthread_join(q->rx, NULL);
+	pthread_mutex_lock(&q->lock);
+	q->tx_running = 0;
+	q->rx_running = 0;
+	q->connected = 0;
+	if (q->ofd >= 0)
+		close(q->ofd);
+	q->ofd = -1;
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* ------------------------------------------------------------ responder -- */
+
+static int send_resp(int fd, int status, const struct req_hdr *r, uint64_t len)
+{
+	struct resp_hdr h;
+
+	memset(&h, 0, sizeof(h));
+	h.status = (uint8_t)status;
+	h.op = r->op;
+	h.seq = r->seq;
+	h.len = len;
+	return send_all(fd, &h, sizeof(h));
+}
+
+/* Take a receive WR for an incoming SEND/WRITE_WITH_IMM, waiting as RNR
+ * retries would; 0 and *out, or -1 (RNR retries exhausted or QP left). */
+static int take_recv(struct pqp *q, int rnr_retry, struct rwqe *out, struct ibv_sge *sges)
+{
+	uint32_t n = q->cap.max_recv_wr ? q->cap.max_recv_wr : 1;
+	long per = q->min_rnr_timer == 0 ? 655 : 1 + q->min_rnr_timer * q->min_rnr_timer / 2;
+	struct timespec ts;
+	int ok = 0;
+
+	abstime_in(&ts, rnr_retry == 7 ? 3600L * 1000 : per * (rnr_retry + 1));
+	pthread_mutex_lock(&q->lock);
+	while (!q->dead && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) &&
+	       q->rq_tail == q->rq_head)
+		if (pthread_cond_timedwait(&q->cond, &q->lock, &ts))
+			break;
+	if (!q->dead && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) &&
+	    q->rq_tail != q->rq_head) {
+		struct rwqe *r = &q->rq[q->rq_tail % n];
+
+		*out = *r;
+		memcpy(sges, r->sge, sizeof(*sges) * (size_t)r->num_sge);
+		out->sge = sges;
+		q->rq_tail++;
+		ok = 1;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return ok ? 0 : -1;
+}
+
+static int qp_serving(struct pqp *q)
+{
+	int s = qstate(q);
+
+	return (s == IBV_QPS_RTR || s == IBV_QPS_RTS) && !__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE);
+}
+
+/* Receive len bytes into a resolved scatter list, chunk by chunk, stopping
+ * when the QP leaves RTR/RTS: 0 done, 1 stopped, -1 stream error. */
+static int land(struct pqp *q, int fd, const struct ibv_sge *sge, const struct memref *mem,
+		int nsge, uint64_t len)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		struct iovec iov[32];
+		uint64_t n = len - done < cfg.chunk ? len - done : cfg.chunk;
+		int cnt = slice(sge, mem, nsge, done, n, iov, 32);
+
+		if (!qp_serving(q))
+			return 1;
+		if (recvv_all(fd, iov, cnt))
+			return -1;
+		done += n;
+		stat_add(S_WRITE_BYTES_LANDED, n);
+	}
+	return 0;
+}
+
+/* Serve one connection; returns when it ends.  1 = a NAK was sent (class C
+ * error: this QP is now in ERR and the caller drains the connection). */
+static int serve(struct pqp *q, int fd, int rnr_retry)
+{
+	struct pctx *c = q->c;
+
+	for (;;) {
+		struct req_hdr r;
+		struct memref m;
+		int access, rc;
+
+		if (recv_all(fd, &r, sizeof(r)) || !qp_serving(q))
+			return 0;
+		switch (r.op) {
+		case OP_READ:
+			if (!(__atomic_load_n(&q->access, __ATOMIC_ACQUIRE) & IBV_ACCESS_REMOTE_READ) ||
+			    mem_acquire(c, q->qp.pd, q, r.rkey, r.raddr, r.len, IBV_ACCESS_REMOTE_READ, 1, &m)) {
+				send_resp(fd, R_NAK_ACCESS, &r, 0);
+				return 1;
+			}
+			if (r.len == 0 && send_resp(fd, R_ACK, &r, 0)) {
+				mem_release(c, &m);
+				return 0;
+			}
+			for (uint64_t done = 0; done < r.len;) {
+				uint64_t n = r.len - done < cfg.chunk ? r.len - done : cfg.chunk;
+				struct resp_hdr h;
+				struct iovec iov[2];
+				int cnt = 0;
+
+				/* The answer's header travels with the first chunk. */
+				if (done == 0) {
+					memset(&h, 0, sizeof(h));
+					h.status = R_ACK;
+					h.op = r.op;
+					h.seq = r.seq;
+					h.len = r.len;
+					iov[cnt].iov_base = &h;
+					iov[cnt++].iov_len = sizeof(h);
+				}
+				iov[cnt].iov_base = m.ptr + done;
+				iov[cnt++].iov_len = (size_t)n;
+				if (!qp_serving(q) || sendv_all(fd, iov, cnt)) {
+					mem_release(c, &m);
+					return 0;
+				}
+				done += n;
+				stat_add(S_READ_BYTES_SERVED, n);
+			}
+			mem_release(c, &m);
+			break;
+		case OP_WRITE:
+		case OP_WRITE_IMM: {
+			struct rwqe rw;
+			struct ibv_sge rs[32];
+			struct ibv_sge one;
+
+			access = IBV_ACCESS_REMOTE_WRITE;
+			if (!(__atomic_load_n(&q->access, __ATOMIC_ACQUIRE) & access) ||
+			    mem_acquire(c, q->qp.pd, q, r.rkey, r.raddr, r.len, access, 1, &m)) {
+				if (discard(fd, r.len) == 0)
+					send_resp(fd, R_NAK_ACCESS, &r, 0);
+				return 1;
+			}
+			if (r.op == OP_WRITE_IMM && take_recv(q, rnr_retry, &rw, rs)) {
+				mem_release(c, &m);
+				if (discard(fd, r.len) == 0)
+					send_resp(fd, R_NAK_RNR, &r, 0);
+				if (!qp_serving(q))
+					return 0;
+				break;
+			}
+			one.addr = r.raddr;
+			one.length = (uint32_t)r.len;
+			one.lkey = r.rkey;
+			rc = land(q, fd, &one, &m, 1, r.len);
+			mem_release(c, &m);
+			if (rc) {
+				if (r.op == OP_WRITE_IMM) {
+					pthread_mutex_lock(&q->lock);
+					complete_recv(q, &rw, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
+					pthread_mutex_unlock(&q->lock);
+				}
+				return 0;
+			}
+			if (r.op == OP_WRITE_IMM) {
+				pthread_mutex_lock(&q->lock);
+				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.len, 1,
+					      r.imm, r.flags & REQ_SOLICITED);
+				pthread_mutex_unlock(&q->lock);
+			}
+			if (send_resp(fd, R_ACK, &r, 0))
+				return 0;
+			break;
+		}
+		case OP_SEND:
+		case OP_SEND_IMM: {
+			struct rwqe rw;
+			struct ibv_sge rs[32];
+			struct memref mem[32];
+			uint64_t cap = 0;
+			int i, bad = 0;
+
+			if (take_recv(q, rnr_retry, &rw, rs)) {
+				if (discard(fd, r.len) == 0)
+					send_resp(fd, R_NAK_RNR, &r, 0);
+				if (!qp_serving(q))
+					return 0;
+				break;
+			}
+			for (i = 0; i < rw.num_sge; i++) {
+				if (mem_acquire(c, q->qp.pd, q, rs[i].lkey, rs[i].addr, rs[i].length,
+						IBV_ACCESS_LOCAL_WRITE, 0, &mem[i])) {
+					bad = 1;
+					break;
+				}
+				cap += rs[i].length;
+			}
+			if (bad || cap < r.len) {
+				release_sges(q, i, mem);
+				pthread_mutex_lock(&q->lock);
+				complete_recv(q, &rw, bad ? IBV_WC_LOC_PROT_ERR : IBV_WC_LOC_LEN_ERR,
+					      IBV_WC_RECV, 0, 0, 0, 0);
+				pthread_mutex_unlock(&q->lock);
+				if (discard(fd, r.len) == 0)
+					send_resp(fd, R_NAK_INV_REQ, &r, 0);
+				return 1;
+			}
+			rc = land(q, fd, rs, mem, rw.num_sge, r.len);
+			release_sges(q, rw.num_sge, mem);
+			pthread_mutex_lock(&q->lock);
+			if (rc)
+				complete_recv(q, &rw, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
+			else
+				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV, r.len, r.op == OP_SEND_IMM,
+					      r.imm, r.flags & REQ_SOLICITED);
+			pthread_mutex_unlock(&q->lock);
+			if (rc || send_resp(fd, R_ACK, &r, 0))
+				return 0;
+			break;
+		}
+		default:
+			send_resp(fd, R_NAK_OP, &r, 0);
+			return 1;
+		}
+	}
+}
+
+/* Check an incoming connection against this QP; HS_OK or the reason. */
+static int handshake(struct pqp *q, int fd, int *rnr_retry)
+{
+	struct sockaddr_in local, peer;
+	socklen_t ll = sizeof(local), pl = sizeof(peer);
+	union ibv_gid dst, src;
+	struct hello h;
+	struct timespec ts;
+	uint32_t a;
+	uint64_t deadline;
+	int status = HS_OK;
+
+	if (wait_readable(fd, HELLO_MS) <= 0 || recv_all(fd, &h, sizeof(h)) || h.magic != HELLO_MAGIC ||
+	    h.version != HELLO_VERSION)
+		return -1;
+	memcpy(dst.raw, h.dst_gid, 16);
+	memcpy(src.raw, h.src_gid, 16);
+	*rnr_retry = h.rnr_retry;
+	if (h.dst_qpn != q->qp.qp_num)
+		return HS_NO_QP;
+	/* The GID it dialled must be the address it reached. */
+	getsockname(fd, (struct sockaddr *)&local, &ll);
+	if (!gid_ipv4(&dst, &a) || a != local.sin_addr.s_addr)
+		return HS_NOT_MY_GID;
+	/* A request reaching a QP before RTR is dropped and retried. */
+	deadline = now_ms() + (uint64_t)cfg.accept_ms;
+	pthread_mutex_lock(&q->lock);
+	while (!q->dead && q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
+		struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+		if (now_ms() >= deadline || poll(&p, 1, 0) > 0) {
+			status = HS_NOT_READY;
+			break;
+		}
+		abstime_in(&ts, 50);
+		pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+	}
+	if (q->dead)
+		status = HS_NOT_READY;
+	if (status == HS_OK && (h.src_qpn != q->dest_qpn || memcmp(src.raw, q->dgid.raw, 16)))
+		status = HS_WRONG_PEER;
+	pthread_mutex_unlock(&q->lock);
+	if (status == HS_OK && gid_ipv4(&src, &a) &&
+	    (getpeername(fd, (struct sockaddr *)&peer, &pl) || peer.sin_addr.s_addr != a))
+		status = HS_WRONG_PEER;
+	return status;
+}
+
+/* After a NAK the requester moves to ERR and closes its side: read until
+ * then (a close with unread data would reset the NAK away). */
+static void drain_until_closed(struct pqp *q, int fd)
+{
+	uint8_t sink[16384];
+	uint64_t deadline = now_ms() + DRAIN_MS;
+
+	while (!__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE) && now_ms() < deadline) {
+		ssize_t r;
+
+		if (wait_readable(fd, 100) <= 0)
+			continue;
+		r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			break;
+	}
+}
+
+static void *resp_main(void *arg)
+{
+	struct pqp *q = arg;
+	struct pollfd p[MAX_LISTEN + 1];
+	int i;
+
+	for (;;) {
+		int fd = -1, rnr = 7, st, nak;
+		struct hello_reply rep = { HELLO_MAGIC, 0 };
+
+		for (i = 0; i < q->nlfd; i++) {
+			p[i].fd = q->lfd[i];
+			p[i].events = POLLIN;
+			p[i].revents = 0;
+		}
+		p[q->nlfd].fd = q->wakefd;
+		p[q->nlfd].events = POLLIN;
+		p[q->nlfd].revents = 0;
+		if (poll(p, (nfds_t)q->nlfd + 1, -1) < 0 && errno != EINTR)
+			break;
+		if (__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
+			break;
+		for (i = 0; i < q->nlfd && fd < 0; i++)
+			if (p[i].revents & POLLIN)
+				fd = accept4(q->lfd[i], NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		set_nodelay(fd);
+		st = handshake(q, fd, &rnr);
+		if (st < 0) {
+			close(fd);
+			continue;
+		}
+		rep.status = (uint32_t)st;
+		if (send_all(fd, &rep, sizeof(rep)) || st != HS_OK) {
+			close(fd);
+			continue;
+		}
+		pthread_mutex_lock(&q->lock);
+		if (q->dead || !(q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)) {
+			pthread_mutex_unlock(&q->lock);
+			close(fd);
+			continue;
+		}
+		q->ifd = fd; /* published: ERR and destroy shut it down */
+		pthread_mutex_unlock(&q->lock);
+		nak = serve(q, fd, rnr);
+		pthread_mutex_lock(&q->lock);
+		q->ifd = -1;
+		if (nak)
+			qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR); /* class C: both QPs */
+		pthread_mutex_unlock(&q->lock);
+		if (nak)
+			drain_until_closed(q, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+int qp_start_responder(struct pqp *q)
+{
+	return spawn(&q->resp, resp_main, q) ? -1 : 0;
+}
+
+void qp_stop_all(struct pqp *q)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&q->lock);
+	__atomic_store_n(&q->dead, 1, __ATOMIC_RELEASE);
+	if (q->ifd >= 0)
+		shutdown(q->ifd, SHUT_RDWR);
+	if (q->ofd >= 0)
+		shutdown(q->ofd, SHUT_RDWR);
+	qp_wake(q);
+	pthread_mutex_unlock(&q->lock);
+	if (write(q->wakefd, &one, sizeof(one)) < 0)
+		prov_warn("cannot wake the responder of QP %u", q->qp.qp_num);
+	pthread_join(q->resp, NULL);
+	qp_stop_requester(q);
+}
+
+/* ------------------------------------------------------------ exported -- */
+
+PROV_EXPORT int orbite_provider_qp_stall(struct ibv_qp *qp, uint64_t bytes, long max_ms)
+{
+	struct pqp *q = (struct pqp *)qp;
+
+	if (!qp)
+		return EINVAL;
+	pthread_mutex_lock(&q->lock);
+	q->stall_next = bytes;
+	q->stall_ms = max_ms > 0 ? max_ms : cfg.stall_ms;
+	pthread_mutex_unlock(&q->lock);
+	return 0;
+}
+
+PROV_EXPORT int orbite_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	return qp->context->ops.post_send(qp, wr, bad_wr);
+}
+
+PROV_EXPORT int orbite_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	return qp->context->ops.post_recv(qp, wr, bad_wr);
+}
+
+PROV_EXPORT int orbite_ibv_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	return cq->context->ops.poll_cq(cq, num_entries, wc);
+}
+
+PROV_EXPORT int orbite_ibv_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return cq->context->ops.req_notify_cq(cq, solicited_only);
+}
+
+PROV_EXPORT struct ibv_mw *orbite_ibv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	return ibv_alloc_mw(pd, type);
+}
+
+PROV_EXPORT int orbite_ibv_dealloc_mw(struct ibv_mw *mw)
+{
+	return ibv_dealloc_mw(mw);
+}
+
+PROV_EXPORT int orbite_ibv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
+{
+	return ibv_bind_mw(qp, mw, mw_bind);
+}
+
+PROV_EXPORT uint32_t orbite_ibv_inc_rkey(uint32_t rkey)
+{
+	return ibv_inc_rkey(rkey);
+}

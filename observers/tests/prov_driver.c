@@ -1,0 +1,1315 @@
+/* Test driver of the loopback verbs provider: two processes, each with its own
+ * fake host (ORBITE_PROVIDER_ROOT), linked against the provider's
+ * libibverbs.so.1.  The server owns memory and answers commands on the
+ * rendezvous (create and connect a QP, fill/check its buffer, post receives,
+ * bind windows, report counters); the client runs one scenario and checks
+ * every byte itself.  Results are JSON lines on stdout, last {"op":"done"}.
+ *
+ *   prov_driver server <rendezvous> <device>
+ *   prov_driver client <rendezvous> <device> <scenario> [arg]
+ *
+ * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
+ * partial_env, partial_pace, observe, mw, and
+ * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
+ * (how the program waits for completions: busy polling, polling with a
+ * 50 us sleep when the CQ is empty, or the completion channel; messages
+ * cycle through <span> bytes of both buffers). */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+
+#include "prov_common.h"
+
+#define GID_INDEX 3 /* RoCE v2, IPv4-mapped (fake_sysfs sim hosts) */
+#define MAIN_LEN (40u << 20)
+#define SIDE_LEN (1u << 20)
+#define LBUF_LEN (40u << 20)
+#define SENT_S 0xA5 /* server sentinel */
+#define SENT_C 0x5A /* client sentinel */
+#define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
+
+enum cmd {
+	C_HELLO = 1, C_NEWQP, C_FILL, C_SENT, C_CHECK, C_CHECKPART, C_QPSTATE, C_POSTRECV,
+	C_POLL, C_MW, C_INV, C_COUNTERS, C_HELD, C_DESTROYQP, C_BYE,
+};
+
+struct msg {
+	uint32_t cmd, idx;
+	uint64_t a, b, c;
+	uint8_t gid[16];
+};
+
+struct reply {
+	int64_t v[8];
+	uint8_t gid[16];
+};
+
+static const char *const held_kinds[] = { "ctx", "pd", "mr", "mw", "cq", "channel", "qp" };
+
+/* =============================================================== server == */
+
+#define MAXQ 64
+
+static struct {
+	struct ep e;
+	uint8_t *main, *ro, *none;
+	struct ibv_mr *mr_main, *mr_ro, *mr_none;
+	struct ibv_qp *qp[MAXQ];
+	int nqp;
+	struct ibv_mw *mw[MAXQ];
+	uint32_t mwkey[MAXQ]; /* the key each window was bound with (type 2: ours to track) */
+	int nmw;
+} S;
+
+static void *big(size_t len, int v)
+{
+	void *p = aligned_alloc(4096, len);
+
+	CHECK(p != NULL);
+	memset(p, v, len);
+	return p;
+}
+
+/* Wait for one completion on the server CQ. */
+static int server_poll(struct ibv_wc *wc, int ms)
+{
+	return poll1(S.e.cq, wc, ms);
+}
+
+static int do_bind(struct msg *m, struct reply *r)
+{
+	struct ibv_qp *qp = S.qp[m->idx];
+	struct ibv_mw *mw = ibv_alloc_mw(S.e.pd, m->a == 2 ? IBV_MW_TYPE_2 : IBV_MW_TYPE_1);
+	struct ibv_wc wc;
+	uint64_t off = m->b, len = m->c;
+	int rc;
+
+	CHECK(mw != NULL);
+	if (m->a == 2) {
+		struct ibv_send_wr wr, *bad;
+
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 0xb1;
+		wr.opcode = IBV_WR_BIND_MW;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.bind_mw.mw = mw;
+		wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+		wr.bind_mw.bind_info.mr = S.mr_main;
+		wr.bind_mw.bind_info.addr = (uintptr_t)S.main + off;
+		wr.bind_mw.bind_info.length = len;
+		wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+		rc = ibv_post_send(qp, &wr, &bad);
+		r->v[0] = wr.bind_mw.rkey;
+	} else {
+		struct ibv_mw_bind b;
+
+		memset(&b, 0, sizeof(b));
+		b.wr_id = 0xb1;
+		b.send_flags = IBV_SEND_SIGNALED;
+		b.bind_info.mr = S.mr_main;
+		b.bind_info.addr = (uintptr_t)S.main + off;
+		b.bind_info.length = len;
+		b.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+		rc = ibv_bind_mw(qp, mw, &b);
+		r->v[0] = mw->rkey;
+	}
+	CHECK(rc == 0);
+	CHECK(server_poll(&wc, 5000) && wc.wr_id == 0xb1);
+	r->v[1] = wc.status;
+	r->v[2] = S.nmw;
+	S.mwkey[S.nmw] = (uint32_t)r->v[0];
+	S.mw[S.nmw++] = mw;
+	return 0;
+}
+
+static void server(const char *path, const char *dev)
+{
+	int fd = rv_open(1, path);
+	struct msg m;
+
+	ep_open(&S.e, dev, GID_INDEX, 0, 4096);
+	S.main = big(MAIN_LEN, SENT_S);
+	S.ro = big(SIDE_LEN, SENT_S);
+	S.none = big(SIDE_LEN, SENT_S);
+	S.mr_main = ibv_reg_mr(S.e.pd, S.main, MAIN_LEN, RW | IBV_ACCESS_MW_BIND);
+	S.mr_ro = ibv_reg_mr(S.e.pd, S.ro, SIDE_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	S.mr_none = ibv_reg_mr(S.e.pd, S.none, SIDE_LEN, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(S.mr_main && S.mr_ro && S.mr_none);
+	while (rv_recv(fd, &m, sizeof(m)) == 0) {
+		struct reply r;
+		union ibv_gid g;
+		struct ibv_wc wc;
+		int i;
+
+		memset(&r, 0, sizeof(r));
+		switch (m.cmd) {
+		case C_HELLO:
+			memcpy(r.gid, S.e.gid.raw, 16);
+			r.v[0] = S.mr_main->rkey;
+			r.v[1] = (int64_t)(uintptr_t)S.main;
+			r.v[2] = MAIN_LEN;
+			r.v[3] = S.mr_ro->rkey;
+			r.v[4] = (int64_t)(uintptr_t)S.ro;
+			r.v[5] = S.mr_none->rkey;
+			r.v[6] = (int64_t)(uintptr_t)S.none;
+			break;
+		case C_NEWQP:
+			CHECK(S.nqp < MAXQ);
+			memcpy(g.raw, m.gid, 16);
+			S.qp[S.nqp] = qp_new(&S.e, 64, m.c ? (uint32_t)m.c : 16);
+			r.v[0] = S.qp[S.nqp]->qp_num;
+			r.v[1] = S.nqp;
+			r.v[2] = qp_connect(&S.e, S.qp[S.nqp], &g, (uint32_t)m.a, (int)m.b);
+			S.nqp++;
+			break;
+		case C_FILL:
+			fill(S.main, m.a, m.b, (uint32_t)m.c);
+			break;
+		case C_SENT:
+			memset(S.main, SENT_S, MAIN_LEN);
+			break;
+		case C_CHECK:
+			r.v[0] = (int64_t)mismatches(S.main, m.a, m.b, (uint32_t)m.c);
+			r.v[1] = (int64_t)(not_byte(S.main, 0, m.a, SENT_S) +
+					   not_byte(S.main, m.a + m.b, MAIN_LEN - m.a - m.b, SENT_S));
+			break;
+		case C_CHECKPART: {
+			uint64_t k = 0;
+
+			while (k < m.b && S.main[m.a + k] == pattern((uint32_t)m.c, k))
+				k++;
+			r.v[0] = (int64_t)k;
+			r.v[1] = (int64_t)not_byte(S.main, m.a + k, m.b - k, SENT_S);
+			r.v[2] = (int64_t)(not_byte(S.main, 0, m.a, SENT_S) +
+					   not_byte(S.main, m.a + m.b, MAIN_LEN - m.a - m.b, SENT_S));
+			break;
+		}
+		case C_QPSTATE:
+			r.v[0] = qp_state(S.qp[m.idx]);
+			break;
+		case C_POSTRECV:
+			for (i = 0; i < (int)m.c; i++) {
+				struct ibv_sge sge = { (uintptr_t)S.main + m.a + (uint64_t)i * m.b,
+						       (uint32_t)m.b, S.mr_main->lkey };
+				struct ibv_recv_wr wr, *bad;
+
+				memset(&wr, 0, sizeof(wr));
+				wr.wr_id = 0x7e00 + (uint64_t)i;
+				wr.sg_list = &sge;
+				wr.num_sge = m.b ? 1 : 0;
+				r.v[0] = ibv_post_recv(S.qp[m.idx], &wr, &bad);
+				if (r.v[0])
+					break;
+			}
+			break;
+		case C_POLL:
+			r.v[0] = server_poll(&wc, (int)m.b);
+			if (r.v[0]) {
+				r.v[1] = wc.status;
+				r.v[2] = wc.opcode;
+				r.v[3] = wc.byte_len;
+				r.v[4] = (int64_t)ntohl(wc.imm_data);
+				r.v[5] = wc.wc_flags;
+				r.v[6] = (int64_t)wc.wr_id;
+				r.v[7] = wc.src_qp;
+			}
+			break;
+		case C_MW:
+			do_bind(&m, &r);
+			break;
+		case C_INV: {
+			struct ibv_send_wr wr, *bad;
+
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = 0x1f;
+			wr.opcode = IBV_WR_LOCAL_INV;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			wr.invalidate_rkey = S.mwkey[m.a];
+			CHECK(ibv_post_send(S.qp[m.idx], &wr, &bad) == 0);
+			CHECK(server_poll(&wc, 5000) && wc.wr_id == 0x1f);
+			r.v[0] = wc.status;
+			break;
+		}
+		case C_COUNTERS:
+			r.v[0] = orbite_provider_counter("read_bytes_served");
+			r.v[1] = orbite_provider_counter("write_bytes_landed");
+			r.v[2] = orbite_provider_counter("read_bytes_landed");
+			r.v[3] = orbite_provider_counter("write_bytes_sent");
+			break;
+		case C_HELD:
+			for (i = 0; i < 7; i++)
+				r.v[i] = orbite_provider_held(held_kinds[i]);
+			break;
+		case C_DESTROYQP:
+			r.v[0] = ibv_destroy_qp(S.qp[m.idx]);
+			S.qp[m.idx] = NULL;
+			break;
+		case C_BYE:
+			for (i = 0; i < S.nmw; i++)
+				CHECK(ibv_dealloc_mw(S.mw[i]) == 0);
+			for (i = 0; i < S.nqp; i++)
+				if (S.qp[i])
+					CHECK(ibv_destroy_qp(S.qp[i]) == 0);
+			CHECK(ibv_dereg_mr(S.mr_main) == 0);
+			CHECK(ibv_dereg_mr(S.mr_ro) == 0);
+			CHECK(ibv_dereg_mr(S.mr_none) == 0);
+			ep_close(&S.e);
+			for (i = 0; i < 7; i++)
+				r.v[0] += orbite_provider_held(held_kinds[i]);
+			rv_send(fd, &r, sizeof(r));
+			free(S.main);
+			free(S.ro);
+			free(S.none);
+			close(fd);
+			out("{\"op\":\"done\"}");
+			return;
+		default:
+			CHECK(!"unknown command");
+		}
+		rv_send(fd, &r, sizeof(r));
+	}
+	CHECK(!"rendezvous closed before BYE");
+}
+
+/* =============================================================== client == */
+
+static struct {
+	int fd;
+	struct ep e;
+	uint8_t *buf;
+	struct ibv_mr *mr;
+	union ibv_gid sgid;
+	uint32_t rkey, ro_rkey, none_rkey;
+	uint64_t raddr, rlen, ro_addr, none_addr;
+} C;
+
+static struct reply call(uint32_t cmd, uint32_t idx, uint64_t a, uint64_t b, uint64_t c)
+{
+	struct msg m;
+	struct reply r;
+
+	memset(&m, 0, sizeof(m));
+	m.cmd = cmd;
+	m.idx = idx;
+	m.a = a;
+	m.b = b;
+	m.c = c;
+	memcpy(m.gid, C.e.gid.raw, 16);
+	rv_send(C.fd, &m, sizeof(m));
+	CHECK(rv_recv(C.fd, &r, sizeof(r)) == 0);
+	return r;
+}
+
+struct pair {
+	struct ibv_qp *qp;
+	uint32_t sidx;
+};
+
+/* A client QP connected to a fresh server QP with `server_access`. */
+static struct pair pair_new(uint32_t max_send_wr, int server_access)
+{
+	struct pair p;
+	struct reply r;
+
+	p.qp = qp_new(&C.e, max_send_wr, 16);
+	r = call(C_NEWQP, 0, p.qp->qp_num, (uint64_t)server_access, 0);
+	CHECK(r.v[2] == 0);
+	p.sidx = (uint32_t)r.v[1];
+	CHECK(qp_connect(&C.e, p.qp, &C.sgid, (uint32_t)r.v[0], RW) == 0);
+	return p;
+}
+
+static void pair_free(struct pair *p)
+{
+	CHECK(ibv_destroy_qp(p->qp) == 0);
+	CHECK(call(C_DESTROYQP, p->sidx, 0, 0, 0).v[0] == 0);
+}
+
+static void client_open(const char *path, const char *dev, int with_channel)
+{
+	struct reply r;
+
+	C.fd = rv_open(0, path);
+	ep_open(&C.e, dev, GID_INDEX, with_channel, 4096);
+	C.buf = big(LBUF_LEN, SENT_C);
+	C.mr = ibv_reg_mr(C.e.pd, C.buf, LBUF_LEN, RW | IBV_ACCESS_MW_BIND);
+	CHECK(C.mr != NULL);
+	r = call(C_HELLO, 0, 0, 0, 0);
+	memcpy(C.sgid.raw, r.gid, 16);
+	C.rkey = (uint32_t)r.v[0];
+	C.raddr = (uint64_t)r.v[1];
+	C.rlen = (uint64_t)r.v[2];
+	C.ro_rkey = (uint32_t)r.v[3];
+	C.ro_addr = (uint64_t)r.v[4];
+	C.none_rkey = (uint32_t)r.v[5];
+	C.none_addr = (uint64_t)r.v[6];
+}
+
+static void client_close(void)
+{
+	struct reply r = call(C_BYE, 0, 0, 0, 0);
+	int i;
+
+	CHECK(r.v[0] == 0); /* the server holds nothing any more */
+	CHECK(ibv_dereg_mr(C.mr) == 0);
+	ep_close(&C.e);
+	free(C.buf);
+	for (i = 0; i < 7; i++)
+		CHECK(orbite_provider_held(held_kinds[i]) == 0);
+	close(C.fd);
+}
+
+/* Post one RDMA WR and wait for its completion; returns the status. */
+static int rdma1(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id, uint64_t loff, uint32_t len,
+		 uint64_t raddr, uint32_t rkey, struct ibv_wc *wc)
+{
+	struct ibv_wc local;
+
+	if (!wc)
+		wc = &local;
+	CHECK(post_rdma(qp, op, wr_id, C.buf + loff, len, C.mr->lkey, raddr, rkey, IBV_SEND_SIGNALED) == 0);
+	CHECK(poll1(C.e.cq, wc, 20000));
+	CHECK(wc->wr_id == wr_id);
+	return wc->status;
+}
+
+/* ------------------------------------------------------------------ rw -- */
+
+static void check_local(uint64_t off, uint64_t len, uint32_t seed)
+{
+	CHECK(mismatches(C.buf, off, len, seed) == 0);
+	CHECK(not_byte(C.buf, 0, off, SENT_C) == 0);
+	CHECK(not_byte(C.buf, off + len, LBUF_LEN - off - len, SENT_C) == 0);
+}
+
+static void check_remote(uint64_t off, uint64_t len, uint32_t seed)
+{
+	struct reply r = call(C_CHECK, 0, off, len, seed);
+
+	CHECK(r.v[0] == 0 && r.v[1] == 0);
+}
+
+static void sc_rw(void)
+{
+	static const uint32_t sizes[] = { 1, 4096, (1u << 20) + 3, 8u << 20, 32u << 20 };
+	struct pair p = pair_new(64, RW);
+	uint64_t read_total = 0, write_total = 0;
+	struct ibv_wc wc;
+	struct reply r;
+	unsigned i;
+
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		uint32_t len = sizes[i], seed = 100 + i;
+		uint64_t roff = 4096 * i + 7, loff = 8192 * i + 3;
+
+		/* READ: the server's seeded bytes land in our buffer, nothing else moves. */
+		call(C_SENT, 0, 0, 0, 0);
+		call(C_FILL, 0, roff, len, seed);
+		memset(C.buf, SENT_C, LBUF_LEN);
+		CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 10 + i, loff, len, C.raddr + roff, C.rkey, &wc) == 0);
+		CHECK(wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == len && wc.qp_num == p.qp->qp_num);
+		check_local(loff, len, seed);
+		read_total += len;
+		out("{\"op\":\"read\",\"size\":%u,\"ok\":true}", len);
+
+		/* WRITE: ours land in the server's buffer, nothing else moves. */
+		call(C_SENT, 0, 0, 0, 0);
+		fill(C.buf, loff, len, seed + 50);
+		CHECK(rdma1(p.qp, IBV_WR_RDMA_WRITE, 20 + i, loff, len, C.raddr + roff, C.rkey, &wc) == 0);
+		CHECK(wc.opcode == IBV_WC_RDMA_WRITE);
+		check_remote(roff, len, seed + 50);
+		write_total += len;
+		out("{\"op\":\"write\",\"size\":%u,\"ok\":true}", len);
+	}
+
+	/* Three SGEs each way: a contiguous remote range, scattered locally. */
+	{
+		uint32_t lens[3] = { 5000, 70000, 123 };
+		uint64_t loffs[3] = { 1 << 20, 3 << 20, 5 << 20 };
+		struct ibv_sge sge[3];
+		struct ibv_send_wr wr, *bad;
+		uint64_t k, total = 0;
+
+		memset(C.buf, SENT_C, LBUF_LEN);
+		call(C_SENT, 0, 0, 0, 0);
+		call(C_FILL, 0, 100, 75123, 7);
+		for (k = 0; k < 3; k++) {
+			sge[k].addr = (uintptr_t)C.buf + loffs[k];
+			sge[k].length = lens[k];
+			sge[k].lkey = C.mr->lkey;
+		}
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 77;
+		wr.sg_list = sge;
+		wr.num_sge = 3;
+		wr.opcode = IBV_WR_RDMA_READ;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.rdma.remote_addr = C.raddr + 100;
+		wr.wr.rdma.rkey = C.rkey;
+		CHECK(ibv_post_send(p.qp, &wr, &bad) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.status == IBV_WC_SUCCESS && wc.byte_len == 75123);
+		for (k = 0; k < 3; k++) {
+			for (uint64_t j = 0; j < lens[k]; j++)
+				CHECK(C.buf[loffs[k] + j] == pattern(7, total + j));
+			total += lens[k];
+		}
+		read_total += total;
+		/* and back: gathered from the three pieces into one range */
+		call(C_SENT, 0, 0, 0, 0);
+		wr.wr_id = 78;
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.wr.rdma.remote_addr = C.raddr + 9000;
+		CHECK(ibv_post_send(p.qp, &wr, &bad) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.status == IBV_WC_SUCCESS);
+		check_remote(9000, 75123, 7);
+		write_total += total;
+		out("{\"op\":\"sge\",\"ok\":true}");
+	}
+
+	/* Pipelined: 16 READs of 1 MiB in flight, completed in order. */
+	{
+		uint64_t k;
+
+		call(C_FILL, 0, 0, 16u << 20, 9);
+		memset(C.buf, SENT_C, LBUF_LEN);
+		for (k = 0; k < 16; k++)
+			CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 1000 + k, C.buf + (k << 20), 1u << 20,
+					C.mr->lkey, C.raddr + (k << 20), C.rkey, IBV_SEND_SIGNALED) == 0);
+		for (k = 0; k < 16; k++) {
+			CHECK(poll1(C.e.cq, &wc, 20000));
+			CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 1000 + k);
+		}
+		check_local(0, 16u << 20, 9);
+		read_total += 16u << 20;
+		out("{\"op\":\"pipelined\",\"wrs\":16,\"ok\":true}");
+	}
+
+	/* Unsignaled WRITEs complete silently; their bytes land all the same. */
+	{
+		call(C_SENT, 0, 0, 0, 0);
+		fill(C.buf, 0, 3 * 4096, 11);
+		CHECK(post_rdma(p.qp, IBV_WR_RDMA_WRITE, 501, C.buf, 4096, C.mr->lkey, C.raddr, C.rkey, 0) == 0);
+		CHECK(post_rdma(p.qp, IBV_WR_RDMA_WRITE, 502, C.buf + 4096, 4096, C.mr->lkey, C.raddr + 4096,
+				C.rkey, 0) == 0);
+		CHECK(post_rdma(p.qp, IBV_WR_RDMA_WRITE, 503, C.buf + 8192, 4096, C.mr->lkey, C.raddr + 8192,
+				C.rkey, IBV_SEND_SIGNALED) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 503 && wc.status == IBV_WC_SUCCESS);
+		CHECK(!poll1(C.e.cq, &wc, 200));
+		check_remote(0, 3 * 4096, 11);
+		write_total += 3 * 4096;
+		out("{\"op\":\"unsignaled\",\"cqes\":1,\"ok\":true}");
+	}
+
+	/* Inline WRITE: the data is taken at post time. */
+	{
+		uint8_t small[60];
+
+		call(C_SENT, 0, 0, 0, 0);
+		fill(small, 0, sizeof(small), 12);
+		CHECK(post_rdma(p.qp, IBV_WR_RDMA_WRITE, 601, small, sizeof(small), 0, C.raddr + 64, C.rkey,
+				IBV_SEND_SIGNALED | IBV_SEND_INLINE) == 0);
+		memset(small, 0, sizeof(small));
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.status == IBV_WC_SUCCESS);
+		check_remote(64, 60, 12);
+		write_total += 60;
+		out("{\"op\":\"inline\",\"ok\":true}");
+	}
+
+	/* WRITE_WITH_IMM consumes a receive of the server's QP; SEND too. */
+	{
+		struct ibv_sge sge;
+		struct ibv_send_wr wr, *bad;
+
+		call(C_SENT, 0, 0, 0, 0);
+		CHECK(call(C_POSTRECV, p.sidx, 0, 0, 1).v[0] == 0);
+		fill(C.buf, 0, 10000, 13);
+		sge.addr = (uintptr_t)C.buf;
+		sge.length = 10000;
+		sge.lkey = C.mr->lkey;
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 701;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.imm_data = htonl(0x12345678);
+		wr.wr.rdma.remote_addr = C.raddr + 4096;
+		wr.wr.rdma.rkey = C.rkey;
+		CHECK(ibv_post_send(p.qp, &wr, &bad) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.status == IBV_WC_SUCCESS);
+		r = call(C_POLL, 0, 1, 5000, 0);
+		CHECK(r.v[0] == 1 && r.v[1] == IBV_WC_SUCCESS && r.v[2] == IBV_WC_RECV_RDMA_WITH_IMM);
+		CHECK(r.v[3] == 10000 && r.v[4] == 0x12345678 && (r.v[5] & IBV_WC_WITH_IMM));
+		CHECK(r.v[7] == p.qp->qp_num);
+		check_remote(4096, 10000, 13);
+		out("{\"op\":\"write_imm\",\"imm\":%lld,\"ok\":true}", (long long)r.v[4]);
+
+		call(C_SENT, 0, 0, 0, 0);
+		CHECK(call(C_POSTRECV, p.sidx, 65536, 8192, 1).v[0] == 0);
+		fill(C.buf, 0, 5000, 14);
+		sge.length = 5000;
+		wr.wr_id = 702;
+		wr.opcode = IBV_WR_SEND;
+		CHECK(ibv_post_send(p.qp, &wr, &bad) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND);
+		r = call(C_POLL, 0, 1, 5000, 0);
+		CHECK(r.v[0] == 1 && r.v[1] == IBV_WC_SUCCESS && r.v[2] == IBV_WC_RECV && r.v[3] == 5000);
+		check_remote(65536, 5000, 14);
+		out("{\"op\":\"send\",\"ok\":true}");
+		write_total += 10000 + 5000;
+	}
+
+	r = call(C_COUNTERS, 0, 0, 0, 0);
+	out("{\"op\":\"counters\",\"client_read_landed\":%lld,\"client_write_sent\":%lld,"
+	    "\"server_read_served\":%lld,\"server_write_landed\":%lld,\"expect_read\":%llu,"
+	    "\"expect_write\":%llu}",
+	    orbite_provider_counter("read_bytes_landed"), orbite_provider_counter("write_bytes_sent"),
+	    (long long)r.v[0], (long long)r.v[1], (unsigned long long)read_total,
+	    (unsigned long long)write_total);
+	pair_free(&p);
+}
+
+/* -------------------------------------------------------------- errors -- */
+
+static void report(const char *name, int status, int next, struct pair *p)
+{
+	int cs = qp_state(p->qp);
+	int ss = (int)call(C_QPSTATE, p->sidx, 0, 0, 0).v[0];
+
+	out("{\"op\":\"error_case\",\"case\":\"%s\",\"status\":%d,\"next\":%d,\"client_state\":%d,"
+	    "\"server_state\":%d}",
+	    name, status, next, cs, ss);
+}
+
+/* Post a failing WR and a good one behind it: the first completes with the
+ * error, the second is flushed. */
+static void bad_then_good(const char *name, enum ibv_wr_opcode op, uint64_t loff, uint32_t len,
+			  uint32_t lkey, uint64_t raddr, uint32_t rkey, int server_access)
+{
+	struct pair p = pair_new(16, server_access);
+	struct ibv_wc a, b;
+
+	CHECK(post_rdma(p.qp, op, 1, C.buf + loff, len, lkey, raddr, rkey, IBV_SEND_SIGNALED) == 0);
+	CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 2, C.buf, 64, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == 0);
+	CHECK(poll1(C.e.cq, &a, 10000) && a.wr_id == 1);
+	CHECK(poll1(C.e.cq, &b, 10000) && b.wr_id == 2);
+	/* Give the server's QP the moment it needs to record its own error. */
+	usleep(50000);
+	report(name, a.status, b.status, &p);
+	pair_free(&p);
+}
+
+static void sc_errors(void)
+{
+	struct ibv_mr *nolw;
+	struct ibv_wc wc;
+	struct pair p;
+	struct reply r;
+	uint8_t *side = big(8192, SENT_C);
+
+	bad_then_good("bad_rkey", IBV_WR_RDMA_READ, 0, 4096, C.mr->lkey, C.raddr, C.rkey ^ 0x1, RW);
+	bad_then_good("out_of_bounds", IBV_WR_RDMA_READ, 0, 20, C.mr->lkey, C.raddr + C.rlen - 10,
+		      C.rkey, RW);
+	bad_then_good("mr_no_remote_read", IBV_WR_RDMA_READ, 0, 64, C.mr->lkey, C.none_addr, C.none_rkey,
+		      RW);
+	bad_then_good("mr_no_remote_write", IBV_WR_RDMA_WRITE, 0, 64, C.mr->lkey, C.ro_addr, C.ro_rkey,
+		      RW);
+	bad_then_good("qp_no_remote_write", IBV_WR_RDMA_WRITE, 0, 64, C.mr->lkey, C.raddr, C.rkey,
+		      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	bad_then_good("bad_lkey", IBV_WR_RDMA_READ, 0, 64, C.mr->lkey ^ 0x1, C.raddr, C.rkey, RW);
+	nolw = ibv_reg_mr(C.e.pd, side, 8192, 0);
+	CHECK(nolw != NULL);
+	{
+		/* READ lands locally: the destination needs LOCAL_WRITE. */
+		struct pair q = pair_new(16, RW);
+
+		CHECK(post_rdma(q.qp, IBV_WR_RDMA_READ, 1, side, 64, nolw->lkey, C.raddr, C.rkey,
+				IBV_SEND_SIGNALED) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000));
+		report("local_no_write", wc.status, -1, &q);
+		CHECK(not_byte(side, 0, 8192, SENT_C) == 0);
+		pair_free(&q);
+	}
+	CHECK(ibv_dereg_mr(nolw) == 0);
+	free(side);
+
+	/* A SEND longer than the receive WR: both sides see it. */
+	{
+		struct pair q = pair_new(16, RW);
+		struct ibv_sge sge = { (uintptr_t)C.buf, 5000, C.mr->lkey };
+		struct ibv_send_wr wr, *bad;
+
+		CHECK(call(C_POSTRECV, q.sidx, 0, 100, 1).v[0] == 0);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 31;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		CHECK(ibv_post_send(q.qp, &wr, &bad) == 0);
+		CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 31);
+		r = call(C_POLL, 0, 1, 5000, 0);
+		CHECK(r.v[0] == 1);
+		out("{\"op\":\"send_too_long\",\"status\":%d,\"receiver_status\":%lld}", wc.status,
+		    (long long)r.v[1]);
+		pair_free(&q);
+
+		/* No receive WR and one RNR retry: the requester gives up. */
+		qp_rnr_retry = 1;
+		q = pair_new(16, RW);
+		qp_rnr_retry = 7;
+		wr.wr_id = 32;
+		CHECK(ibv_post_send(q.qp, &wr, &bad) == 0);
+		CHECK(poll1(C.e.cq, &wc, 20000) && wc.wr_id == 32);
+		out("{\"op\":\"rnr\",\"status\":%d,\"client_state\":%d}", wc.status, qp_state(q.qp));
+		pair_free(&q);
+	}
+
+	/* Registration rules: REMOTE_WRITE needs LOCAL_WRITE; unmapped memory. */
+	errno = 0;
+	CHECK(ibv_reg_mr(C.e.pd, C.buf, 4096, IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EINVAL);
+	CHECK(ibv_reg_mr(C.e.pd, (void *)(uintptr_t)0x1000, 4096, 0) == NULL && errno == EFAULT);
+	out("{\"op\":\"reg_rules\",\"ok\":true}");
+
+	/* Posting before RTS fails at once; after ERR a WR is flushed at once. */
+	p.qp = qp_new(&C.e, 16, 16);
+	CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 1, C.buf, 64, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == EINVAL);
+	{
+		struct ibv_qp_attr a;
+
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_ERR;
+		CHECK(ibv_modify_qp(p.qp, &a, IBV_QP_STATE) == 0);
+		CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 9, C.buf, 64, C.mr->lkey, C.raddr, C.rkey,
+				IBV_SEND_SIGNALED) == 0);
+		CHECK(poll1(C.e.cq, &wc, 5000) && wc.wr_id == 9 && wc.status == IBV_WC_WR_FLUSH_ERR);
+		/* RESET -> INIT without the required attributes is refused. */
+		a.qp_state = IBV_QPS_RESET;
+		CHECK(ibv_modify_qp(p.qp, &a, IBV_QP_STATE) == 0);
+		a.qp_state = IBV_QPS_INIT;
+		CHECK(ibv_modify_qp(p.qp, &a, IBV_QP_STATE) == EINVAL);
+		/* ... and an RC QP cannot jump from RESET to RTS. */
+		a.qp_state = IBV_QPS_RTS;
+		CHECK(ibv_modify_qp(p.qp, &a, IBV_QP_STATE) == EINVAL);
+	}
+	out("{\"op\":\"post_states\",\"ok\":true}");
+
+	/* A QP reused after RESET reconnects to a fresh peer and works. */
+	r = call(C_NEWQP, 0, p.qp->qp_num, RW, 0);
+	CHECK(r.v[2] == 0);
+	p.sidx = (uint32_t)r.v[1];
+	CHECK(qp_connect(&C.e, p.qp, &C.sgid, (uint32_t)r.v[0], RW) == 0);
+	call(C_FILL, 0, 0, 4096, 21);
+	memset(C.buf, SENT_C, 8192);
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 3, 0, 4096, C.raddr, C.rkey, NULL) == 0);
+	CHECK(mismatches(C.buf, 0, 4096, 21) == 0);
+	out("{\"op\":\"reset_reuse\",\"ok\":true}");
+
+	/* A peer that is gone: the transport gives up (RETRY_EXC_ERR). */
+	{
+		uint32_t gone;
+		struct ibv_qp *qp = qp_new(&C.e, 16, 16);
+		uint64_t t0;
+
+		r = call(C_NEWQP, 0, qp->qp_num, RW, 0);
+		gone = (uint32_t)r.v[0];
+		CHECK(call(C_DESTROYQP, (uint32_t)r.v[1], 0, 0, 0).v[0] == 0);
+		CHECK(qp_connect(&C.e, qp, &C.sgid, gone, RW) == 0);
+		t0 = mono_ms();
+		CHECK(post_rdma(qp, IBV_WR_RDMA_READ, 4, C.buf, 64, C.mr->lkey, C.raddr, C.rkey,
+				IBV_SEND_SIGNALED) == 0);
+		CHECK(poll1(C.e.cq, &wc, 40000) && wc.wr_id == 4);
+		out("{\"op\":\"error_case\",\"case\":\"peer_gone\",\"status\":%d,\"next\":-1,"
+		    "\"client_state\":%d,\"server_state\":-1,\"ms\":%llu}",
+		    wc.status, qp_state(qp), (unsigned long long)(mono_ms() - t0));
+		CHECK(ibv_destroy_qp(qp) == 0);
+	}
+	pair_free(&p);
+}
+
+/* -------------------------------------------------------------- sqfull -- */
+
+static void sc_sqfull(void)
+{
+	struct pair p = pair_new(4, RW);
+	struct ibv_send_wr wrs[6], *bad = NULL;
+	struct ibv_sge sges[6];
+	struct ibv_wc wc;
+	int i, rc, polled = 0;
+
+	for (i = 0; i < 6; i++) {
+		sges[i].addr = (uintptr_t)C.buf + (uint64_t)i * 4096;
+		sges[i].length = 4096;
+		sges[i].lkey = C.mr->lkey;
+		memset(&wrs[i], 0, sizeof(wrs[i]));
+		wrs[i].wr_id = 100 + (uint64_t)i;
+		wrs[i].sg_list = &sges[i];
+		wrs[i].num_sge = 1;
+		wrs[i].opcode = IBV_WR_RDMA_READ;
+		wrs[i].send_flags = IBV_SEND_SIGNALED;
+		wrs[i].wr.rdma.remote_addr = C.raddr;
+		wrs[i].wr.rdma.rkey = C.rkey;
+		wrs[i].next = i < 5 ? &wrs[i + 1] : NULL;
+	}
+	/* A list of six into a queue of four: the fifth is bad_wr. */
+	rc = ibv_post_send(p.qp, &wrs[0], &bad);
+	out("{\"op\":\"sq_list\",\"rc\":%d,\"bad_index\":%d}", rc, bad ? (int)(bad - wrs) : -1);
+	CHECK(rc == ENOMEM && bad == &wrs[4]);
+	/* Completed but not polled: the slots are still taken. */
+	usleep(300000);
+	wrs[4].next = NULL;
+	rc = ibv_post_send(p.qp, &wrs[4], &bad);
+	out("{\"op\":\"sq_unpolled\",\"rc\":%d}", rc);
+	CHECK(rc == ENOMEM);
+	CHECK(poll1(C.e.cq, &wc, 5000) && wc.wr_id == 100);
+	polled++;
+	rc = ibv_post_send(p.qp, &wrs[4], &bad);
+	out("{\"op\":\"sq_after_poll\",\"rc\":%d}", rc);
+	CHECK(rc == 0);
+	while (polled < 5) {
+		CHECK(poll1(C.e.cq, &wc, 5000) && wc.status == IBV_WC_SUCCESS);
+		polled++;
+	}
+	/* Unsignaled WRs keep their slots until a later CQE is polled. */
+	for (i = 0; i < 4; i++) {
+		wrs[i].next = NULL;
+		wrs[i].send_flags = i == 3 ? IBV_SEND_SIGNALED : 0;
+		CHECK(ibv_post_send(p.qp, &wrs[i], &bad) == 0);
+	}
+	usleep(200000);
+	CHECK(ibv_post_send(p.qp, &wrs[4], &bad) == ENOMEM);
+	CHECK(poll1(C.e.cq, &wc, 5000) && wc.wr_id == 103);
+	for (i = 0; i < 4; i++) {
+		wrs[i].send_flags = IBV_SEND_SIGNALED;
+		CHECK(ibv_post_send(p.qp, &wrs[i], &bad) == 0);
+	}
+	for (i = 0; i < 4; i++)
+		CHECK(poll1(C.e.cq, &wc, 5000) && wc.status == IBV_WC_SUCCESS);
+	out("{\"op\":\"sq_unsignaled\",\"ok\":true}");
+	pair_free(&p);
+}
+
+/* -------------------------------------------------------------- events -- */
+
+static int readable(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return poll(&pfd, 1, ms) == 1;
+}
+
+static void sc_events(void)
+{
+	struct pair p = pair_new(16, RW);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	struct ibv_wc wc;
+	int got;
+
+	call(C_FILL, 0, 0, 1 << 20, 31);
+	/* Armed: one event, on a descriptor that becomes readable. */
+	CHECK(ibv_req_notify_cq(C.e.cq, 0) == 0);
+	CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 1, C.buf, 1 << 20, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == 0);
+	got = readable(C.e.ch->fd, 10000);
+	CHECK(got);
+	CHECK(ibv_get_cq_event(C.e.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == C.e.cq);
+	ibv_ack_cq_events(ev_cq, 1);
+	CHECK(ibv_poll_cq(C.e.cq, 1, &wc) == 1 && wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS);
+	CHECK(mismatches(C.buf, 0, 1 << 20, 31) == 0);
+	out("{\"op\":\"event\",\"armed\":true,\"readable\":true}");
+	/* Not re-armed: the completion comes, the event does not. */
+	CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 2, C.buf, 4096, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == 0);
+	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 2);
+	got = readable(C.e.ch->fd, 200);
+	out("{\"op\":\"event\",\"armed\":false,\"readable\":%s}", got ? "true" : "false");
+	CHECK(!got);
+	/* Solicited only: a successful send completion does not fire... */
+	CHECK(ibv_req_notify_cq(C.e.cq, 1) == 0);
+	CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 3, C.buf, 4096, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == 0);
+	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 3);
+	CHECK(!readable(C.e.ch->fd, 200));
+	/* ... an error completion does. */
+	CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 4, C.buf, 4096, C.mr->lkey, C.raddr, C.rkey ^ 1,
+			IBV_SEND_SIGNALED) == 0);
+	CHECK(readable(C.e.ch->fd, 10000));
+	CHECK(ibv_get_cq_event(C.e.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == C.e.cq);
+	ibv_ack_cq_events(ev_cq, 1);
+	CHECK(ibv_poll_cq(C.e.cq, 1, &wc) == 1 && wc.wr_id == 4 && wc.status == IBV_WC_REM_ACCESS_ERR);
+	out("{\"op\":\"event\",\"solicited_only\":true,\"error_fires\":true}");
+	pair_free(&p);
+}
+
+/* --------------------------------------------------------------- ebusy -- */
+
+static void sc_ebusy(void)
+{
+	struct pair p = pair_new(16, RW);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(C.e.ctx);
+	struct ibv_cq *cq2;
+	struct ibv_pd *pd2 = ibv_alloc_pd(C.e.ctx);
+	struct ibv_mr *mr2;
+	struct ibv_mw *mw1, *mw2;
+	struct ibv_mw_bind b;
+	struct ibv_wc wc;
+	struct ibv_qp_init_attr a;
+	struct ibv_qp *qp2;
+	int rc;
+
+	CHECK(ch && pd2);
+	cq2 = ibv_create_cq(C.e.ctx, 16, NULL, ch, 0);
+	CHECK(cq2 != NULL);
+	/* A CQ with a QP (even in RESET) */
+	memset(&a, 0, sizeof(a));
+	a.send_cq = a.recv_cq = cq2;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+	qp2 = ibv_create_qp(pd2, &a);
+	CHECK(qp2 != NULL);
+	rc = ibv_destroy_cq(cq2);
+	out("{\"op\":\"ebusy\",\"what\":\"cq_with_qp\",\"rc\":%d}", rc);
+	CHECK(rc == EBUSY && orbite_provider_held("cq") == 2);
+	/* A PD with a QP */
+	rc = ibv_dealloc_pd(pd2);
+	out("{\"op\":\"ebusy\",\"what\":\"pd_with_qp\",\"rc\":%d}", rc);
+	CHECK(rc == EBUSY);
+	CHECK(ibv_destroy_qp(qp2) == 0);
+	/* A channel with a CQ */
+	rc = ibv_destroy_comp_channel(ch);
+	out("{\"op\":\"ebusy\",\"what\":\"channel_with_cq\",\"rc\":%d}", rc);
+	CHECK(rc == EBUSY && orbite_provider_held("channel") == 1);
+	CHECK(ibv_destroy_cq(cq2) == 0);
+	CHECK(ibv_destroy_comp_channel(ch) == 0);
+	/* A PD with an MR */
+	mr2 = ibv_reg_mr(pd2, C.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr2 != NULL);
+	rc = ibv_dealloc_pd(pd2);
+	out("{\"op\":\"ebusy\",\"what\":\"pd_with_mr\",\"rc\":%d}", rc);
+	CHECK(rc == EBUSY);
+	CHECK(ibv_dereg_mr(mr2) == 0);
+	/* A PD with a type-2 MW (allocated, never bound) */
+	mw2 = ibv_alloc_mw(pd2, IBV_MW_TYPE_2);
+	CHECK(mw2 != NULL);
+	rc = ibv_dealloc_pd(pd2);
+	out("{\"op\":\"ebusy\",\"what\":\"pd_with_mw2\",\"rc\":%d}", rc);
+	CHECK(rc == EBUSY);
+	CHECK(ibv_dealloc_mw(mw2) == 0);
+	CHECK(ibv_dealloc_pd(pd2) == 0);
+	/* An MR with a bound window */
+	mr2 = ibv_reg_mr(C.e.pd, C.buf, 1 << 20, RW | IBV_ACCESS_MW_BIND);
+	mw1 = ibv_alloc_mw(C.e.pd, IBV_MW_TYPE_1);
+	CHECK(mr2 && mw1);
+	memset(&b, 0, sizeof(b));
+	b.wr_id = 55;
+	b.send_flags = IBV_SEND_SIGNALED;
+	b.bind_info.mr = mr2;
+	b.bind_info.addr = (uintptr_t)C.buf;
+	b.bind_info.length = 4096;
+	b.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+	CHECK(ibv_bind_mw(p.qp, mw1, &b) == 0);
+	CHECK(poll1(C.e.cq, &wc, 5000) && wc.wr_id == 55 && wc.status == IBV_WC_SUCCESS &&
+	      wc.opcode == IBV_WC_BIND_MW);
+	rc = ibv_dereg_mr(mr2);
+	out("{\"op\":\"ebusy\",\"what\":\"mr_with_bound_mw\",\"rc\":%d}", rc);
+	CHECK(rc == EBUSY);
+	CHECK(ibv_dealloc_mw(mw1) == 0);
+	CHECK(ibv_dereg_mr(mr2) == 0);
+	pair_free(&p);
+}
+
+/* ------------------------------------------------------------- destroy -- */
+
+/* Run under the uverbs_fault observer armed for `kind`: the selected destroy
+ * fails with EIO, the object stays and works, a retry fails again. */
+static void sc_destroy(const char *kind)
+{
+	struct pair p = pair_new(16, RW);
+	long before = orbite_provider_held(kind);
+	struct ibv_wc wc;
+	int rc = -1, retry = -1, usable = 0;
+
+	call(C_FILL, 0, 0, 1 << 20, 41);
+	if (!strcmp(kind, "qp")) {
+		/* The qp selector first withholds one successful completion:
+		 * the engine then holds send-queue debt when it destroys. */
+		int seen = 0, i;
+
+		for (i = 0; i < 2; i++)
+			CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 10 + (uint64_t)i, C.buf, 4096, C.mr->lkey,
+					C.raddr, C.rkey, IBV_SEND_SIGNALED) == 0);
+		while (poll1(C.e.cq, &wc, 1000))
+			seen++;
+		out("{\"op\":\"withheld\",\"posted\":2,\"seen\":%d}", seen);
+		before = orbite_provider_held(kind);
+		rc = ibv_destroy_qp(p.qp);
+		memset(C.buf, SENT_C, 4096);
+		usable = rc && rdma1(p.qp, IBV_WR_RDMA_READ, 12, 0, 4096, C.raddr, C.rkey, NULL) == 0 &&
+			 mismatches(C.buf, 0, 4096, 41) == 0;
+		retry = ibv_destroy_qp(p.qp);
+	} else if (!strcmp(kind, "mr")) {
+		uint8_t *b2 = big(1 << 20, SENT_C);
+		struct ibv_mr *mr2 = ibv_reg_mr(C.e.pd, b2, 1 << 20, RW);
+
+		before = orbite_provider_held(kind);
+		rc = ibv_dereg_mr(mr2);
+		/* still registered: a READ lands in it */
+		CHECK(post_rdma(p.qp, IBV_WR_RDMA_READ, 21, b2, 4096, mr2->lkey, C.raddr, C.rkey,
+				IBV_SEND_SIGNALED) == 0);
+		usable = poll1(C.e.cq, &wc, 10000) && wc.status == IBV_WC_SUCCESS &&
+			 mismatches(b2, 0, 4096, 41) == 0;
+		retry = ibv_dereg_mr(mr2);
+	} else if (!strcmp(kind, "mw")) {
+		struct ibv_mw *mw = ibv_alloc_mw(C.e.pd, IBV_MW_TYPE_2);
+
+		before = orbite_provider_held(kind);
+		rc = ibv_dealloc_mw(mw);
+		usable = mw->rkey != 0;
+		retry = ibv_dealloc_mw(mw);
+	} else if (!strcmp(kind, "cq")) {
+		struct ibv_cq *cq2 = ibv_create_cq(C.e.ctx, 16, NULL, NULL, 0);
+
+		before = orbite_provider_held(kind);
+		rc = ibv_destroy_cq(cq2);
+		usable = ibv_poll_cq(cq2, 1, &wc) == 0;
+		retry = ibv_destroy_cq(cq2);
+	} else if (!strcmp(kind, "pd")) {
+		struct ibv_pd *pd2 = ibv_alloc_pd(C.e.ctx);
+		struct ibv_mr *m;
+
+		before = orbite_provider_held(kind);
+		rc = ibv_dealloc_pd(pd2);
+		m = ibv_reg_mr(pd2, C.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+		usable = m && ibv_dereg_mr(m) == 0;
+		retry = ibv_dealloc_pd(pd2);
+	} else if (!strcmp(kind, "channel")) {
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(C.e.ctx);
+		int fd = ch->fd;
+
+		before = orbite_provider_held(kind);
+		rc = ibv_destroy_comp_channel(ch);
+		usable = fcntl(fd, F_GETFD) >= 0; /* the descriptor (kernel object) stays */
+		retry = ibv_destroy_comp_channel(ch);
+	} else {
+		CHECK(!"unknown kind");
+	}
+	out("{\"op\":\"destroy\",\"kind\":\"%s\",\"rc\":%d,\"retry_rc\":%d,\"held_before\":%ld,"
+	    "\"held_after\":%ld,\"usable\":%s}",
+	    kind, rc, retry, before, orbite_provider_held(kind), usable ? "true" : "false");
+	/* The failed object stays held until the process exits: no clean close
+	 * here, only the server's. */
+	CHECK(call(C_BYE, 0, 0, 0, 0).v[0] == 0);
+	out("{\"op\":\"done\"}");
+	exit(0);
+}
+
+/* ------------------------------------------------------------- partial -- */
+
+/* Wait until one more WR of this process reached its stall point. */
+static void wait_stalled(long long before)
+{
+	uint64_t end = mono_ms() + 20000;
+
+	while (orbite_provider_counter("stalls") <= before) {
+		CHECK(mono_ms() < end);
+		usleep(1000);
+	}
+}
+
+static void to_err(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_ERR;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+}
+
+/* Prefix of buf[0..len) holding the seeded content, and how many bytes
+ * after it are not the sentinel. */
+static void local_part(uint64_t len, uint32_t seed, uint64_t *prefix, uint64_t *dirty)
+{
+	uint64_t k = 0;
+
+	while (k < len && C.buf[k] == pattern(seed, k))
+		k++;
+	*prefix = k;
+	*dirty = not_byte(C.buf, k, LBUF_LEN - k, SENT_C);
+}
+
+static void partial_read(struct pair *p, uint64_t len, uint64_t stall, int mode)
+{
+	long long stalls = orbite_provider_counter("stalls");
+	uint64_t prefix, dirty;
+	struct ibv_wc wc;
+
+	call(C_FILL, 0, 0, len, 51);
+	memset(C.buf, SENT_C, LBUF_LEN);
+	if (mode == 0)
+		CHECK(orbite_provider_qp_stall(p->qp, stall, 20000) == 0);
+	CHECK(post_rdma(p->qp, IBV_WR_RDMA_READ, 61, C.buf, (uint32_t)len, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == 0);
+	if (mode == 2)
+		usleep(60000); /* paced: the WR is part way */
+	else
+		wait_stalled(stalls);
+	to_err(p->qp);
+	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 61);
+	local_part(len, 51, &prefix, &dirty);
+	out("{\"op\":\"partial\",\"opcode\":\"RDMA_READ\",\"mode\":%d,\"len\":%llu,\"stall\":%llu,"
+	    "\"status\":%d,\"landed\":%llu,\"dirty\":%llu}",
+	    mode, (unsigned long long)len, (unsigned long long)stall, wc.status,
+	    (unsigned long long)prefix, (unsigned long long)dirty);
+}
+
+static void partial_write(struct pair *p, uint64_t len, uint64_t stall)
+{
+	long long stalls = orbite_provider_counter("stalls");
+	struct ibv_wc wc;
+	struct reply r;
+
+	call(C_SENT, 0, 0, 0, 0);
+	fill(C.buf, 0, len, 52);
+	CHECK(orbite_provider_qp_stall(p->qp, stall, 20000) == 0);
+	CHECK(post_rdma(p->qp, IBV_WR_RDMA_WRITE, 62, C.buf, (uint32_t)len, C.mr->lkey, C.raddr, C.rkey,
+			IBV_SEND_SIGNALED) == 0);
+	wait_stalled(stalls);
+	to_err(p->qp);
+	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 62);
+	r = call(C_CHECKPART, 0, 0, len, 52);
+	out("{\"op\":\"partial\",\"opcode\":\"RDMA_WRITE\",\"mode\":0,\"len\":%llu,\"stall\":%llu,"
+	    "\"status\":%d,\"landed\":%lld,\"dirty\":%lld}",
+	    (unsigned long long)len, (unsigned long long)stall, wc.status, (long long)r.v[0],
+	    (long long)(r.v[1] + r.v[2]));
+}
+
+static void sc_partial(int mode)
+{
+	struct pair p = pair_new(16, RW);
+
+	if (mode == 0) {
+		partial_read(&p, 4u << 20, (1u << 20) + 12345, 0);
+		pair_free(&p);
+		p = pair_new(16, RW);
+		partial_write(&p, 16u << 20, (5u << 20) + 7);
+	} else if (mode == 1) {
+		/* ORBITE_PROVIDER_STALL=0:<bytes>: the first payload WR stalls */
+		partial_read(&p, 4u << 20, (uint64_t)strtoull(getenv("PARTIAL_STALL"), NULL, 10), 1);
+	} else {
+		partial_read(&p, 4u << 20, 0, 2);
+	}
+	pair_free(&p);
+}
+
+/* ------------------------------------------------------------- observe -- */
+
+/* Under accounting or cq_fault: READs and WRITEs on two QPs; report what was
+ * posted and what polled, then prove every READ landed (a withheld completion
+ * was a real completion). */
+static void sc_observe(void)
+{
+	struct pair p[2];
+	struct ibv_wc wc;
+	int i, q, seen = 0, posted = 0;
+
+	p[0] = pair_new(16, RW);
+	p[1] = pair_new(16, RW);
+	call(C_FILL, 0, 0, 8u << 20, 71);
+	memset(C.buf, SENT_C, LBUF_LEN);
+	for (q = 0; q < 2; q++)
+		for (i = 0; i < 6; i++) {
+			uint64_t id = (uint64_t)q << 32 | (uint64_t)i;
+			uint64_t off = ((uint64_t)q * 6 + (uint64_t)i) * 65536;
+			enum ibv_wr_opcode op = i % 2 ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+			uint32_t len = 4096 * (uint32_t)(i + 1);
+
+			if (op == IBV_WR_RDMA_WRITE)
+				fill(C.buf, (8u << 20) + off, len, 72);
+			CHECK(post_rdma(p[q].qp, op, id, C.buf + (op == IBV_WR_RDMA_READ ? off : (8u << 20) + off),
+					len, C.mr->lkey, C.raddr + off, C.rkey, IBV_SEND_SIGNALED) == 0);
+			out("{\"op\":\"wr\",\"qpn\":%u,\"wr_id\":%llu,\"opcode\":\"%s\",\"bytes\":%u}",
+			    p[q].qp->qp_num, (unsigned long long)id,
+			    op == IBV_WR_RDMA_READ ? "RDMA_READ" : "RDMA_WRITE", len);
+			posted++;
+		}
+	while (poll1(C.e.cq, &wc, 1500)) {
+		out("{\"op\":\"cqe\",\"qpn\":%u,\"wr_id\":%llu,\"status\":%d}", wc.qp_num,
+		    (unsigned long long)wc.wr_id, wc.status);
+		seen++;
+	}
+	for (q = 0; q < 2; q++)
+		for (i = 0; i < 6; i += 2) {
+			uint64_t off = ((uint64_t)q * 6 + (uint64_t)i) * 65536;
+
+			for (uint64_t k = 0; k < 4096 * (uint64_t)(i + 1); k++)
+				CHECK(C.buf[off + k] == pattern(71, off + k));
+		}
+	out("{\"op\":\"observed\",\"posted\":%d,\"seen\":%d,\"reads_landed\":true,"
+	    "\"wr_completed\":%lld}",
+	    posted, seen, orbite_provider_counter("wr_completed"));
+	pair_free(&p[0]);
+	pair_free(&p[1]);
+}
+
+/* ------------------------------------------------------------------ mw -- */
+
+static void sc_mw(void)
+{
+	struct pair p = pair_new(16, RW), p2;
+	struct reply r;
+	struct ibv_wc wc;
+	uint32_t rk;
+
+	call(C_FILL, 0, 0, 1 << 20, 81);
+	/* Type 1: bound by the server through its QP; READs inside the window. */
+	r = call(C_MW, p.sidx, 1, 8192, 16384);
+	CHECK(r.v[1] == IBV_WC_SUCCESS);
+	rk = (uint32_t)r.v[0];
+	memset(C.buf, SENT_C, 65536);
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 1, 0, 16384, C.raddr + 8192, rk, NULL) == 0);
+	for (uint64_t k = 0; k < 16384; k++)
+		CHECK(C.buf[k] == pattern(81, 8192 + k));
+	/* ... and not a byte outside it, even inside the MR. */
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 2, 0, 4096, C.raddr + 4096, rk, &wc) == IBV_WC_REM_ACCESS_ERR);
+	out("{\"op\":\"mw\",\"type\":1,\"inside\":0,\"outside\":%d}", wc.status);
+	pair_free(&p);
+
+	/* Type 2: bound through one QP, usable through that QP only. */
+	p = pair_new(16, RW);
+	p2 = pair_new(16, RW);
+	r = call(C_MW, p.sidx, 2, 0, 65536);
+	CHECK(r.v[1] == IBV_WC_SUCCESS);
+	rk = (uint32_t)r.v[0];
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 3, 0, 4096, C.raddr, rk, NULL) == 0);
+	CHECK(rdma1(p2.qp, IBV_WR_RDMA_READ, 4, 0, 4096, C.raddr, rk, &wc) == IBV_WC_REM_ACCESS_ERR);
+	out("{\"op\":\"mw\",\"type\":2,\"own_qp\":0,\"other_qp\":%d}", wc.status);
+	/* Invalidated: the key is dead. */
+	r = call(C_INV, p.sidx, (uint64_t)r.v[2], 0, 0);
+	CHECK(r.v[0] == IBV_WC_SUCCESS);
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 5, 0, 4096, C.raddr, rk, &wc) == IBV_WC_REM_ACCESS_ERR);
+	out("{\"op\":\"mw\",\"type\":2,\"after_invalidate\":%d}", wc.status);
+	pair_free(&p);
+	pair_free(&p2);
+}
+
+/* --------------------------------------------------------------- bench -- */
+
+static void sc_bench(char **argv)
+{
+	int read = !strcmp(argv[0], "READ");
+	uint64_t msg = strtoull(argv[1], NULL, 10), total = strtoull(argv[2], NULL, 10);
+	int depth = atoi(argv[3]), inflight = 0;
+	int mode = !strcmp(argv[4], "events") ? 2 : !strcmp(argv[4], "sleep") ? 1 : 0;
+	uint64_t span = strtoull(argv[5], NULL, 10);
+	uint64_t slots = span / msg, posted = 0, done = 0, n = total / msg;
+	struct pair p = pair_new((uint32_t)depth, RW);
+	struct ibv_wc wc[16];
+	long long before;
+	double t0;
+
+	CHECK(msg > 0 && span >= msg && span <= (32u << 20) && depth > 0 && depth <= 64 && n > 0);
+	/* one warm-up WR: connection set up outside the measurement */
+	CHECK(rdma1(p.qp, read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, 0, 0, (uint32_t)msg, C.raddr,
+		    C.rkey, NULL) == 0);
+	before = orbite_provider_counter(read ? "read_bytes_landed" : "write_bytes_sent");
+	t0 = mono_s();
+	while (done < n) {
+		while (inflight < depth && posted < n) {
+			uint64_t off = (posted % slots) * msg;
+
+			CHECK(post_rdma(p.qp, read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, posted + 1,
+					C.buf + off, (uint32_t)msg, C.mr->lkey, C.raddr + off, C.rkey,
+					IBV_SEND_SIGNALED) == 0);
+			posted++;
+			inflight++;
+		}
+		int got = ibv_poll_cq(C.e.cq, 16, wc);
+
+		CHECK(got >= 0);
+		if (got == 0 && mode == 1) {
+			usleep(50);
+		} else if (got == 0 && mode == 2) {
+			struct ibv_cq *ecq;
+			void *ectx;
+
+			/* Arm, look again (a completion may have come first), wait. */
+			CHECK(ibv_req_notify_cq(C.e.cq, 0) == 0);
+			got = ibv_poll_cq(C.e.cq, 16, wc);
+			CHECK(got >= 0);
+			if (got == 0) {
+				CHECK(ibv_get_cq_event(C.e.ch, &ecq, &ectx) == 0);
+				ibv_ack_cq_events(ecq, 1);
+				continue;
+			}
+		}
+		for (int i = 0; i < got; i++)
+			CHECK(wc[i].status == IBV_WC_SUCCESS);
+		done += (uint64_t)got;
+		inflight -= got;
+	}
+	{
+		double dt = mono_s() - t0;
+
+		/* the provider's own count: every byte really moved */
+		CHECK(orbite_provider_counter(read ? "read_bytes_landed" : "write_bytes_sent") - before ==
+		      (long long)(n * msg));
+		out("{\"op\":\"bench\",\"opcode\":\"%s\",\"msg\":%llu,\"bytes\":%llu,\"depth\":%d,"
+		    "\"wait\":\"%s\",\"span\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f}",
+		    read ? "RDMA_READ" : "RDMA_WRITE", (unsigned long long)msg,
+		    (unsigned long long)(n * msg), depth, argv[4], (unsigned long long)(slots * msg), dt,
+		    (double)(n * msg) / dt / 1e6);
+	}
+	pair_free(&p);
+}
+
+/* ---------------------------------------------------------------- main -- */
+
+int main(int argc, char **argv)
+{
+	const char *sc;
+
+	if (argc >= 4 && !strcmp(argv[1], "server")) {
+		server(argv[2], argv[3]);
+		return 0;
+	}
+	if (argc < 5 || strcmp(argv[1], "client")) {
+		fprintf(stderr, "usage: %s server <rv> <dev> | client <rv> <dev> <scenario> [arg]\n", argv[0]);
+		return 2;
+	}
+	sc = argv[4];
+	client_open(argv[2], argv[3],
+		    !strcmp(sc, "events") || (!strcmp(sc, "bench") && argc > 9 && !strcmp(argv[9], "events")));
+	if (!strcmp(sc, "rw"))
+		sc_rw();
+	else if (!strcmp(sc, "errors"))
+		sc_errors();
+	else if (!strcmp(sc, "sqfull"))
+		sc_sqfull();
+	else if (!strcmp(sc, "events"))
+		sc_events();
+	else if (!strcmp(sc, "ebusy"))
+		sc_ebusy();
+	else if (!strcmp(sc, "destroy") && argc > 5)
+		sc_destroy(argv[5]);
+	else if (!strcmp(sc, "partial"))
+		sc_partial(0);
+	else if (!strcmp(sc, "partial_env"))
+		sc_partial(1);
+	else if (!strcmp(sc, "partial_pace"))
+		sc_partial(2);
+	else if (!strcmp(sc, "observe"))
+		sc_observe();
+	else if (!strcmp(sc, "mw"))
+		sc_mw();
+	else if (!strcmp(sc, "bench") && argc > 10)
+		sc_bench(argv + 5);
+	else
+		CHECK(!"unknown scenario");
+	client_close();
+	out("{\"op\":\"done\"}");
+	return 0;
+}

@@ -1,0 +1,626 @@
+"""Loopback verbs provider (observers/provider, issue 12): a stand-in libibverbs.so.1 doing RC RDMA in user space.
+
+Builds the provider, the observers and the C test driver twice (plain, and AddressSanitizer +
+UBSan), writes two fake hosts with fake_sysfs (GIDs on 127.0.1.x and 127.0.2.x), and runs the
+driver as two processes, one per fake host: a server that owns memory and a client that runs one
+scenario and checks every byte itself.  The observers preloaded here are the real ones
+(liborbite_*.so), so their logs witness what the provider really completed.  Loopback addresses
+and ephemeral ports only: no fixed port, so nothing collides with a simulated lab.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers.paths import REPO
+
+from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
+
+OBSERVERS = REPO / "observers"
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+HELD = ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")
+# ibv_wc_status / ibv_qp_state values the driver reports
+SUCCESS, LOC_LEN_ERR, LOC_PROT_ERR, WR_FLUSH_ERR = 0, 1, 4, 5
+REM_INV_REQ_ERR, REM_ACCESS_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR = 9, 10, 12, 13
+QPS_RTS, QPS_ERR = 3, 6
+EIO, EBUSY, ENOMEM = 5, 16, 12
+
+
+def _missing():
+    if shutil.which("gcc") is None or shutil.which("make") is None:
+        return "gcc or make is not installed"
+    probe = subprocess.run(
+        ["gcc", "-E", "-x", "c", "-", "-o", os.devnull],
+        input="#include <infiniband/verbs.h>\n#include <linux/seccomp.h>\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return "infiniband/verbs.h is missing (install libibverbs-dev)" if probe.returncode else None
+
+
+_MISSING = _missing()
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"the provider cannot be built: {_MISSING}")
+
+
+def _libasan():
+    out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=False)
+    path = out.stdout.strip()
+    return path if out.returncode == 0 and os.path.isabs(path) and os.path.exists(path) else None
+
+
+class Build:
+    def __init__(self, out, asan_lib):
+        self.out = Path(out)
+        self.asan_lib = asan_lib
+        self.provider = self.out / "provider"
+        self.driver = self.provider / "tests" / "prov_driver"
+
+    def observer(self, tool):
+        return self.out / f"liborbite_{tool}.so"
+
+
+@pytest.fixture(scope="module", params=["plain", "asan"])
+def build(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prov") / request.param
+    args = ["make", "-s", "-C", str(OBSERVERS), f"OUT={out}", "provider-tests"]
+    asan_lib = None
+    if request.param == "asan":
+        asan_lib = _libasan()
+        if asan_lib is None:
+            pytest.skip("libasan is not installed (gcc's AddressSanitizer runtime)")
+        args.append("SAN=1")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return Build(out, asan_lib)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prov-plain")
+    done = subprocess.run(
+        ["make", "-s", "-C", str(OBSERVERS), f"OUT={out}", "provider-tests"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return Build(out, None)
+
+
+def _write_host(root, index, hostname, address=None):
+    """A sim-lab host (two mlx5-like RoCE devices) whose IPv4 GIDs (index 2/3) are on loopback."""
+    spec = fake_sysfs.sim_host_spec(index, hostname)
+    for k, dev in enumerate(spec["devices"]):
+        gids = dev["ports"][0]["gids"]
+        ip = address(k) if address else f"127.0.{index + 1}.{10 + k}"
+        gids["2"], gids["3"] = fake_sysfs.roce_gid_pair(ip, gids["2"]["ndev"])
+    fake_sysfs.write_host(str(root), spec)
+    return root
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hosts")
+    return (_write_host(base / "sim-a", 0, "sim-a"), _write_host(base / "sim-b", 1, "sim-b"))
+
+
+# ----------------------------------------------------------------- running --
+
+
+class Pair:
+    def __init__(self, client, server, stderr, log):
+        self.client = client
+        self.server = server
+        self.stderr = stderr
+        self.log = log
+
+    def ops(self, op):
+        return [line for line in self.client if line["op"] == op]
+
+    def one(self, op, **match):
+        found = [x for x in self.ops(op) if all(x.get(k) == v for k, v in match.items())]
+        assert len(found) == 1, (op, match, self.client)
+        return found[0]
+
+    def events(self, ev):
+        return [e for e in self.log if e.get("ev") == ev]
+
+
+def _env(build, root, preload=(), extra=None, leaks=True):
+    env = dict(os.environ, LD_LIBRARY_PATH=str(build.provider), ORBITE_PROVIDER_ROOT=str(root))
+    for key in list(env):
+        if key.startswith(("ORBITE_UVERBS_FAULT", "ORBITE_CQ_FAULT", "ORBITE_PROVIDER_")) and key != (
+            "ORBITE_PROVIDER_ROOT"
+        ):
+            del env[key]
+    env.pop("LD_PRELOAD", None)
+    preload = [str(build.observer(tool)) for tool in preload]
+    if build.asan_lib:
+        # The sanitizer runtime must come first in the process.
+        preload.insert(0, build.asan_lib)
+        env["ASAN_OPTIONS"] = f"detect_leaks={1 if leaks else 0}:exitcode=23"
+        env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    env.update(extra or {})
+    return env
+
+
+def run_pair(build, hosts, tmp_path, scenario, *args, preload=(), client_env=None, server_env=None, leaks=True):
+    """Server on host A, client (the requester) on host B; both must end cleanly."""
+    rendezvous = tmp_path / f"rv-{scenario}"
+    log = tmp_path / f"observer-{scenario}.log"
+    cenv = dict(client_env or {})
+    if preload:
+        cenv.setdefault("ORBITE_OBSERVER_LOG", str(log))
+    server = subprocess.Popen(
+        [str(build.driver), "server", str(rendezvous), "mlx5_0"],
+        env=_env(build, hosts[0], extra=server_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        client = subprocess.run(
+            [str(build.driver), "client", str(rendezvous), "mlx5_0", scenario, *args],
+            env=_env(build, hosts[1], preload, cenv, leaks),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        sout, serr = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    for mark in SANITIZER_MARKS:
+        assert mark not in client.stderr, client.stderr
+        assert mark not in serr, serr
+    assert client.returncode == 0, client.stderr
+    assert server.returncode == 0, serr
+    lines = [json.loads(x) for x in client.stdout.splitlines()]
+    assert lines[-1] == {"op": "done"}
+    assert [json.loads(x) for x in sout.splitlines()] == [{"op": "done"}]
+    events = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    return Pair(lines, sout, client.stderr, events)
+
+
+# -------------------------------------------------------------------- build --
+
+
+def test_make_builds_an_abi_compatible_libibverbs(plain):
+    lib = plain.provider / "libibverbs.so.1"
+    dyn = subprocess.run(["readelf", "-d", "-W", str(lib)], capture_output=True, text=True, check=True).stdout
+    assert "Library soname: [libibverbs.so.1]" in dyn
+    needed = [line for line in dyn.splitlines() if "(NEEDED)" in line]
+    assert needed and not [line for line in needed if "libibverbs" in line]  # never loads the real one
+    syms = subprocess.run(["objdump", "-T", str(lib)], capture_output=True, text=True, check=True).stdout
+    exported = {tuple(line.split()[-2:]) for line in syms.splitlines() if " DF .text" in line}
+    # The default versions of rdma-core's libibverbs: programs built against it load this one.
+    for version, name in (
+        ("IBVERBS_1.1", "ibv_open_device"),
+        ("IBVERBS_1.1", "ibv_reg_mr"),
+        ("IBVERBS_1.0", "ibv_create_comp_channel"),
+        ("IBVERBS_1.8", "ibv_reg_mr_iova2"),
+        ("IBVERBS_1.11", "_ibv_query_gid_ex"),
+        ("IBVERBS_PRIVATE_34", "ibv_query_gid_type"),
+        ("ORBITE_PROVIDER_1", "orbite_provider_held"),
+        ("ORBITE_PROVIDER_1", "orbite_ibv_post_send"),
+    ):
+        assert (version, name) in exported, (version, name)
+
+
+# ------------------------------------------------------------------- ctypes --
+
+_CTYPES_SMOKE = textwrap.dedent(
+    """
+    import ctypes, json, os, sys
+    lib = ctypes.CDLL("libibverbs.so.1", use_errno=True)
+    vp = ctypes.c_void_p
+    lib.ibv_get_device_list.restype = ctypes.POINTER(vp)
+    lib.ibv_get_device_name.restype = ctypes.c_char_p
+    lib.ibv_get_device_name.argtypes = [vp]
+    lib.ibv_open_device.restype = vp
+    lib.ibv_open_device.argtypes = [vp]
+    lib.ibv_close_device.argtypes = [vp]
+    lib.ibv_alloc_pd.restype = vp
+    lib.ibv_alloc_pd.argtypes = [vp]
+    lib.ibv_dealloc_pd.argtypes = [vp]
+    lib.ibv_reg_mr.restype = vp
+    lib.ibv_reg_mr.argtypes = [vp, vp, ctypes.c_size_t, ctypes.c_int]
+    lib.ibv_dereg_mr.argtypes = [vp]
+    lib.ibv_query_gid.argtypes = [vp, ctypes.c_uint8, ctypes.c_int, ctypes.c_char * 16]
+    lib.ibv_get_device_guid.restype = ctypes.c_uint64
+    lib.ibv_get_device_guid.argtypes = [vp]
+    lib.orbite_provider_held.restype = ctypes.c_long
+    lib.orbite_provider_held.argtypes = [ctypes.c_char_p]
+    held = lambda: {k: lib.orbite_provider_held(k.encode()) for k in
+                    ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")}
+
+    class MR(ctypes.Structure):  # struct ibv_mr
+        _fields_ = [("context", vp), ("pd", vp), ("addr", vp), ("length", ctypes.c_size_t),
+                    ("handle", ctypes.c_uint32), ("lkey", ctypes.c_uint32), ("rkey", ctypes.c_uint32)]
+
+    n = ctypes.c_int()
+    devs = lib.ibv_get_device_list(ctypes.byref(n))
+    names = [lib.ibv_get_device_name(devs[i]).decode() for i in range(n.value)]
+    guid = lib.ibv_get_device_guid(devs[0])
+    ctx = lib.ibv_open_device(devs[0])
+    lib.ibv_free_device_list(devs)
+    gid = (ctypes.c_char * 16)()
+    assert lib.ibv_query_gid(ctx, 1, 3, gid) == 0
+    pd = lib.ibv_alloc_pd(ctx)
+    buf = ctypes.create_string_buffer(1 << 16)
+    mr = lib.ibv_reg_mr(pd, ctypes.addressof(buf), len(buf), 1 | 2 | 4)
+    m = MR.from_address(mr)
+    during = held()
+    bad = lib.ibv_reg_mr(pd, ctypes.addressof(buf), len(buf), 2)  # REMOTE_WRITE without LOCAL_WRITE
+    bad_errno = ctypes.get_errno()
+    assert lib.ibv_dereg_mr(mr) == 0 and lib.ibv_dealloc_pd(pd) == 0 and lib.ibv_close_device(ctx) == 0
+    print(json.dumps({"names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
+                      "length": m.length, "addr_ok": m.addr == ctypes.addressof(buf),
+                      "held_during": during, "held_after": held(), "bad": bad, "bad_errno": bad_errno}))
+    """
+)
+
+
+def test_ctypes_opens_a_device_and_registers_memory(plain, hosts):
+    """How the simulated runner will drive the provider: ctypes, nothing compiled."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CTYPES_SMOKE],
+        env=_env(plain, hosts[0]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["names"] == ["mlx5_0", "mlx5_1"]
+    # node GUID 0c42:a103:0000:0010 from sysfs, big-endian in memory
+    assert got["guid"].to_bytes(8, "little").hex() == "0c42a10300000010"
+    assert got["gid"] == "00000000000000000000ffff7f00010a"  # ::ffff:127.0.1.10, RoCE v2 slot 3
+    assert got["lkey"] == got["rkey"] != 0 and got["length"] == 1 << 16 and got["addr_ok"]
+    assert got["held_during"] == {"ctx": 1, "pd": 1, "mr": 1, "mw": 0, "cq": 0, "channel": 0, "qp": 0}
+    assert got["held_after"] == dict.fromkeys(HELD, 0)
+    assert got["bad"] is None and got["bad_errno"] == 22
+
+
+def test_a_device_whose_gid_addresses_are_not_local_names_them(plain, tmp_path):
+    """198.51.100.x is not configured here: creating a QP fails with EADDRNOTAVAIL and says why."""
+    root = _write_host(tmp_path / "far", 5, "far", address=lambda k: f"198.51.100.{200 + k}")
+    script = textwrap.dedent(
+        """
+        import ctypes
+        lib = ctypes.CDLL("libibverbs.so.1", use_errno=True)
+        vp = ctypes.c_void_p
+        signatures = {
+            "ibv_get_device_list": (ctypes.POINTER(vp), [vp]),
+            "ibv_open_device": (vp, [vp]),
+            "ibv_alloc_pd": (vp, [vp]),
+            "ibv_create_cq": (vp, [vp, ctypes.c_int, vp, vp, ctypes.c_int]),
+            "ibv_create_qp": (vp, [vp, vp]),
+        }
+        for name, (res, args) in signatures.items():
+            getattr(lib, name).restype, getattr(lib, name).argtypes = res, args
+        ctx = lib.ibv_open_device(lib.ibv_get_device_list(None)[0])
+        pd = lib.ibv_alloc_pd(ctx)
+        cq = lib.ibv_create_cq(ctx, 16, None, None, 0)
+        attr = (ctypes.c_uint8 * 64)()
+        ctypes.c_void_p.from_buffer(attr, 8).value = cq   # send_cq
+        ctypes.c_void_p.from_buffer(attr, 16).value = cq  # recv_cq
+        ctypes.c_uint32.from_buffer(attr, 32).value = 4   # cap.max_send_wr
+        ctypes.c_uint32.from_buffer(attr, 36).value = 4   # cap.max_recv_wr
+        ctypes.c_uint32.from_buffer(attr, 40).value = 1
+        ctypes.c_uint32.from_buffer(attr, 44).value = 1
+        ctypes.c_int.from_buffer(attr, 52).value = 2      # IBV_QPT_RC
+        qp = lib.ibv_create_qp(pd, attr)
+        print(qp, ctypes.get_errno())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=_env(plain, root), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "99"]  # EADDRNOTAVAIL
+    assert "mlx5_0" in done.stderr and "198.51.100.200" in done.stderr and "add them to lo" in done.stderr
+
+
+def test_real_pyverbs_runs_on_the_provider(plain, hosts):
+    """ABI check with a real rdma-core consumer: the system's pyverbs (Cython, linked to libibverbs)."""
+    system_python = "/usr/bin/python3"
+    if (
+        not os.path.exists(system_python)
+        or subprocess.run([system_python, "-c", "import pyverbs.device"], capture_output=True, check=False).returncode
+    ):
+        pytest.skip("the system python3 has no pyverbs (Debian python3-pyverbs)")
+    script = textwrap.dedent(
+        """
+        import json
+        import pyverbs.device as d
+        import pyverbs.enums as e
+        from pyverbs.pd import PD
+        from pyverbs.mr import MR
+        from pyverbs.cq import CQ, CompChannel
+        from pyverbs.qp import QP, QPCap, QPInitAttr
+        names = [x.name.decode() for x in d.get_device_list()]
+        ctx = d.Context(name="mlx5_1")
+        port = ctx.query_port(1)
+        pd = PD(ctx)
+        mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+        ch = CompChannel(ctx)
+        cq = CQ(ctx, 16, None, ch, 0)
+        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
+        out = {"names": names, "state": port.state, "link_layer": port.link_layer, "gid": str(ctx.query_gid(1, 3)),
+               "gid_type": ctx.query_gid_type(1, 3), "lkey": mr.lkey, "qpn": qp.qp_num, "qp_state": qp.qp_state}
+        for obj in (qp, cq, ch, mr, pd, ctx):
+            obj.close()
+        print(json.dumps(out))
+        """
+    )
+    done = subprocess.run(
+        [system_python, "-c", script],
+        env=_env(plain, hosts[0]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["names"] == ["mlx5_0", "mlx5_1"]
+    assert (got["state"], got["link_layer"]) == (4, 2)  # ACTIVE, Ethernet
+    assert got["gid"] == "0000:0000:0000:0000:0000:ffff:7f00:010b" and got["gid_type"] == 1  # RoCE v2
+    assert got["lkey"] != 0 and got["qpn"] >> 8 > 0 and got["qp_state"] == 0  # RESET
+
+
+# ------------------------------------------------------------ data movement --
+
+
+def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "rw")
+    sizes = [1, 4096, (1 << 20) + 3, 8 << 20, 32 << 20]
+    assert [x["size"] for x in pair.ops("read")] == sizes
+    assert [x["size"] for x in pair.ops("write")] == sizes
+    for op in ("sge", "pipelined", "unsignaled", "inline", "write_imm", "send"):
+        assert pair.one(op)["ok"] is True
+    assert pair.one("write_imm")["imm"] == 0x12345678
+    counters = pair.one("counters")
+    # both providers counted the same bytes, and exactly the ones the engine asked for
+    assert counters["client_read_landed"] == counters["server_read_served"] == counters["expect_read"]
+    assert counters["client_write_sent"] == counters["server_write_landed"] == counters["expect_write"]
+
+
+ACCESS_CASES = ("bad_rkey", "out_of_bounds", "mr_no_remote_read", "mr_no_remote_write", "qp_no_remote_write")
+
+
+def test_keys_bounds_and_access_flags_are_checked(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "errors")
+    for case in ACCESS_CASES:
+        # the responder refuses: REM_ACCESS_ERR, the WR behind it flushed, both QPs in ERR (as rxe)
+        assert pair.one("error_case", case=case) == {
+            "op": "error_case",
+            "case": case,
+            "status": REM_ACCESS_ERR,
+            "next": WR_FLUSH_ERR,
+            "client_state": QPS_ERR,
+            "server_state": QPS_ERR,
+        }
+    # a bad lkey never reaches the wire: the peer's QP stays in RTS
+    bad_lkey = pair.one("error_case", case="bad_lkey")
+    assert (bad_lkey["status"], bad_lkey["next"], bad_lkey["client_state"], bad_lkey["server_state"]) == (
+        LOC_PROT_ERR,
+        WR_FLUSH_ERR,
+        QPS_ERR,
+        QPS_RTS,
+    )
+    assert pair.one("error_case", case="local_no_write")["status"] == LOC_PROT_ERR
+    gone = pair.one("error_case", case="peer_gone")
+    assert gone["status"] == RETRY_EXC_ERR and gone["client_state"] == QPS_ERR
+    too_long = pair.one("send_too_long")
+    assert (too_long["status"], too_long["receiver_status"]) == (REM_INV_REQ_ERR, LOC_LEN_ERR)
+    rnr = pair.one("rnr")
+    assert (rnr["status"], rnr["client_state"]) == (RNR_RETRY_EXC_ERR, QPS_ERR)
+    for op in ("reg_rules", "post_states", "reset_reuse"):
+        assert pair.one(op)["ok"] is True
+
+
+def test_send_queue_depth_is_enforced(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "sqfull")
+    assert pair.one("sq_list") == {"op": "sq_list", "rc": ENOMEM, "bad_index": 4}
+    assert pair.one("sq_unpolled")["rc"] == ENOMEM  # completed but not polled: still held
+    assert pair.one("sq_after_poll")["rc"] == 0
+    assert pair.one("sq_unsignaled")["ok"] is True
+
+
+def test_completion_channel_events(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "events")
+    events = pair.ops("event")
+    assert events[0] == {"op": "event", "armed": True, "readable": True}
+    assert events[1] == {"op": "event", "armed": False, "readable": False}
+    assert events[2] == {"op": "event", "solicited_only": True, "error_fires": True}
+
+
+def test_memory_windows_type_1_and_2(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "mw")
+    assert pair.one("mw", type=1) == {"op": "mw", "type": 1, "inside": SUCCESS, "outside": REM_ACCESS_ERR}
+    own = [x for x in pair.ops("mw") if x["type"] == 2]
+    assert own[0] == {"op": "mw", "type": 2, "own_qp": SUCCESS, "other_qp": REM_ACCESS_ERR}
+    assert own[1] == {"op": "mw", "type": 2, "after_invalidate": REM_ACCESS_ERR}
+
+
+# ------------------------------------------------------------ destroy, EBUSY --
+
+
+def test_dependencies_make_destroy_fail_with_ebusy(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "ebusy")
+    assert {x["what"]: x["rc"] for x in pair.ops("ebusy")} == {
+        "cq_with_qp": EBUSY,
+        "pd_with_qp": EBUSY,
+        "channel_with_cq": EBUSY,
+        "pd_with_mr": EBUSY,
+        "pd_with_mw2": EBUSY,
+        "mr_with_bound_mw": EBUSY,
+    }
+
+
+KINDS = ("qp", "mr", "mw", "cq", "pd", "channel")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_uverbs_fault_fails_the_real_destroy_command(build, hosts, tmp_path, kind):
+    """The REAL uverbs_fault observer's seccomp filter sees the provider's destroy command on the
+    context's uverbs descriptor and fails it with EIO: the object stays and works, a retry fails too."""
+    pair = run_pair(
+        build,
+        hosts,
+        tmp_path,
+        "destroy",
+        kind,
+        preload=("uverbs_fault",),
+        client_env={"ORBITE_UVERBS_FAULT_KIND": kind},
+        leaks=False,  # the failed object is held until exit, on purpose
+    )
+    result = pair.one("destroy")
+    assert result == {
+        "op": "destroy",
+        "kind": kind,
+        "rc": EIO,
+        "retry_rc": EIO,
+        "held_before": result["held_before"],
+        "held_after": result["held_before"],
+        "usable": True,
+    }
+    assert result["held_before"] >= 1
+    destroys = [e for e in pair.events("destroy") if e["kind"] == kind]
+    assert [(e["errno"], e["injected"], e["retry"]) for e in destroys] == [(EIO, True, False), (EIO, True, True)]
+    assert destroys[0]["handle"] == destroys[1]["handle"]
+    if kind == "qp":
+        # the qp selector withholds one successful completion first: send-queue debt at destroy
+        assert pair.one("withheld") == {"op": "withheld", "posted": 2, "seen": 1}
+        assert len(pair.events("withheld")) == 1
+
+
+@pytest.mark.parametrize("layout", ["write", "invoke_write"])
+def test_uverbs_fault_recognises_the_legacy_command_layouts(build, hosts, tmp_path, layout):
+    pair = run_pair(
+        build,
+        hosts,
+        tmp_path,
+        "destroy",
+        "mr",
+        preload=("uverbs_fault",),
+        client_env={"ORBITE_UVERBS_FAULT_KIND": "mr", "ORBITE_PROVIDER_CMD": layout},
+        leaks=False,
+    )
+    assert pair.one("destroy")["rc"] == EIO and pair.one("destroy")["usable"] is True
+    assert [(e["kind"], e["injected"], e["retry"]) for e in pair.events("destroy")] == [
+        ("mr", True, False),
+        ("mr", True, True),
+    ]
+
+
+def test_unselected_destroys_reach_the_provider(build, hosts, tmp_path):
+    """Armed for an occurrence that never comes: every destroy is logged with errno 0 and the
+    provider's own answers (EBUSY of the dependencies) are what the program sees."""
+    pair = run_pair(
+        build,
+        hosts,
+        tmp_path,
+        "ebusy",
+        preload=("uverbs_fault",),
+        client_env={"ORBITE_UVERBS_FAULT_KIND": "pd", "ORBITE_UVERBS_FAULT_OCCURRENCE": "99"},
+    )
+    assert {x["rc"] for x in pair.ops("ebusy")} == {EBUSY}
+    destroys = pair.events("destroy")
+    assert destroys and all(e["errno"] == 0 and not e["injected"] for e in destroys)
+    kinds = [e["kind"] for e in destroys]
+    # the refused destroys went through the descriptor too: pd with a QP, an MR, a window; then
+    # the real ones (the scenario's second PD and the client's own at close)
+    assert (kinds.count("pd"), kinds.count("cq"), kinds.count("mw")) == (5, 3, 2)
+
+
+# ---------------------------------------------------------- partial copies --
+
+
+def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "partial")
+    for opcode, length, stall in (("RDMA_READ", 4 << 20, (1 << 20) + 12345), ("RDMA_WRITE", 16 << 20, (5 << 20) + 7)):
+        got = pair.one("partial", opcode=opcode)
+        # flushed; exactly the bytes before the stall landed, the rest and every other byte untouched
+        assert got["status"] == WR_FLUSH_ERR and got["len"] == length
+        assert got["landed"] == stall and got["dirty"] == 0
+
+
+def test_stall_hook_from_the_environment(build, hosts, tmp_path):
+    stall = 3 * (1 << 20) + 5
+    pair = run_pair(
+        build,
+        hosts,
+        tmp_path,
+        "partial_env",
+        client_env={"ORBITE_PROVIDER_STALL": f"0:{stall}", "PARTIAL_STALL": str(stall)},
+    )
+    got = pair.one("partial")
+    assert (got["status"], got["landed"], got["dirty"]) == (WR_FLUSH_ERR, stall, 0)
+
+
+def test_paced_chunks_land_a_prefix(build, hosts, tmp_path):
+    chunk = 64 * 1024
+    pair = run_pair(
+        build,
+        hosts,
+        tmp_path,
+        "partial_pace",
+        client_env={"ORBITE_PROVIDER_CHUNK": str(chunk), "ORBITE_PROVIDER_PACE_US": "5000"},
+    )
+    got = pair.one("partial")
+    assert got["status"] == WR_FLUSH_ERR and got["dirty"] == 0
+    assert 0 < got["landed"] < got["len"] and got["landed"] % chunk == 0
+
+
+# ---------------------------------------------------------------- observers --
+
+
+def _driver_wrs(pair):
+    return {(w["qpn"], w["wr_id"]): (w["opcode"], w["bytes"]) for w in pair.ops("wr")}
+
+
+def test_accounting_observer_logs_what_the_provider_completed(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "observe", preload=("accounting",))
+    wrs = _driver_wrs(pair)
+    logged = {(w["qpn"], w["wr_id"]): (w["opcode"], w["bytes"]) for w in pair.events("wr")}
+    assert logged == wrs and len(wrs) == 12
+    assert {w["dev"] for w in pair.events("wr")} == {"mlx5_0"}
+    seen = {(c["qpn"], c["wr_id"], c["status"]) for c in pair.ops("cqe")}
+    assert {(c["qpn"], c["wr_id"], c["status"]) for c in pair.events("cqe")} == seen
+    assert len(seen) == 12 and {s for _, _, s in seen} == {SUCCESS}
+    (summary,) = pair.events("summary")
+    assert (summary["accepted_wrs"], summary["joined"], summary["unjoined"]) == (12, 12, 0)
+    assert pair.one("observed")["wr_completed"] == 12
+
+
+def test_cq_fault_withholds_completions_the_provider_really_delivered(build, hosts, tmp_path):
+    pair = run_pair(
+        build,
+        hosts,
+        tmp_path,
+        "observe",
+        preload=("cq_fault",),
+        client_env={"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": "3"},
+    )
+    observed = pair.one("observed")
+    withheld = {(w["qpn"], w["wr_id"]) for w in pair.events("withheld")}
+    assert observed["seen"] == 3 and len(withheld) == 9
+    # the engine never saw them, but every READ landed and the provider completed all twelve
+    assert observed["reads_landed"] is True and observed["wr_completed"] == 12
+    assert withheld <= set(_driver_wrs(pair))
+    assert not withheld & {(c["qpn"], c["wr_id"]) for c in pair.ops("cqe")}
