@@ -127,7 +127,11 @@ def parse_gid(text):
 
 
 def parse_int(text, minimum=None):
-    value = ascii_int(text)
+    """ASCII decimal digits; a leading '-' only where ``minimum`` is negative (numa_node's -1)."""
+    negative = minimum is not None and minimum < 0 and isinstance(text, str) and text.startswith("-")
+    value = ascii_int(text[1:] if negative else text)
+    if value is not None and negative:
+        value = -value
     if value is None:
         raise FieldError(text, "expected a decimal integer")
     if minimum is not None and value < minimum:
