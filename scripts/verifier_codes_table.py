@@ -1,52 +1,70 @@
-"""Rewrite the failure-code table of docs/verifier.md from the rule table (run after adding a rule).
+"""Rewrite the failure-code table of docs/verifier.md from the verifier's registry (run after adding a rule).
 
-    .venv/bin/python scripts/verifier_codes_table.py
+    .venv/bin/python scripts/verifier_codes_table.py           # rewrite the table
+    .venv/bin/python scripts/verifier_codes_table.py --check   # exit 1 when the docs are out of date
+
+Every code comes from ``_verify/registry.py`` (``@rule`` beside each check, ``declare`` for the run.*,
+case.* and receipt.* codes): the docs cannot list a code the verifier does not have, nor miss one.
 """
 
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / ".collections"))
-
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import (  # noqa: E402
-    RECEIPT_CODES,
-    RECEIPT_MEANINGS,
-)
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RULES  # noqa: E402
-
+DOC = ROOT / "docs" / "verifier.md"
 BEGIN, END = "<!-- codes:begin -->", "<!-- codes:end -->"
-CASE_CODES = [
-    ("case.meta", "`case.json` is readable, of schema `orbite.case` v1", "every case"),
-    ("case.profile", "the case's profile is valid (profile model)", "every case"),
-    ("case.missing", "every planned case (`run.json` `cases`) left a directory", "every run"),
-    ("case.node_failure", "no gate step failed on a node (else the failed task and its message, from "
-     "`<role>/node-failure.json`)", "every case"),
-    ("case.mode_unverified", "the verifier has the mode's fault rules (fails the fault modes until their rules "
-     "land)", "fault modes"),
-]
-APPLIES = {None: "every case", "_has_accounting": "modes loading the accounting observer",
-           "_rail_accounting": "installed-rail-accounting", "_discovery": "`discovery: auto`"}
+WITNESS_BEGIN, WITNESS_END = "<!-- witnesses:begin -->", "<!-- witnesses:end -->"
+
+
+def _registry():
+    if str(ROOT / ".collections") not in sys.path:
+        sys.path.insert(0, str(ROOT / ".collections"))
+    # Imported late: the checkout becomes importable only once .collections is on the path.
+    from ansible_collections.orbite.qualification.plugins.module_utils._verify import (  # noqa: PLC0415
+        registry,
+        rules,  # noqa: F401 - importing the rules registers every code
+    )
+
+    return registry
 
 
 def table():
-    rows = ["| code | group | PASS when ... | applies to | masked by |", "|---|---|---|---|---|"]
-    rows += [f"| `{code}` | case | {meaning} | {where} | |" for code, meaning, where in CASE_CODES]
-    rows += [f"| `{code}` | receipts | {RECEIPT_MEANINGS[code]} | every case | |" for code in RECEIPT_CODES]
-    for rule in RULES:
-        applies = APPLIES[rule.applies.__name__ if rule.applies else None]
-        masked = ", ".join(f"`{code}`" for code in rule.after)
-        rows.append(f"| `{rule.code}` | {rule.group} | {rule.meaning} | {applies} | {masked} |")
+    registry = _registry()
+    rows = ["| code | group | PASS when ... | applies to | witness | masked by |", "|---|---|---|---|---|---|"]
+    for entry in registry.REGISTRY:
+        witness = ", ".join(entry.witness)
+        masked = ", ".join(f"`{code}`" for code in entry.after)
+        rows.append(f"| `{entry.code}` | {entry.group} | {entry.meaning} | {entry.applies.label} | {witness} | "
+                    f"{masked} |")
     return "\n".join(rows)
 
 
-def main():
-    path = ROOT / "docs" / "verifier.md"
-    text = path.read_text()
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{table()}\n{END}{tail}")
+def witnesses():
+    registry = _registry()
+    return "\n".join(f"- `{name}`: {meaning}" for name, meaning in registry.WITNESSES.items())
+
+
+def _replace(text, begin, end, body):
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def rendered(text):
+    return _replace(_replace(text, BEGIN, END, table()), WITNESS_BEGIN, WITNESS_END, witnesses())
+
+
+def main(argv):
+    text = DOC.read_text(encoding="utf-8")
+    new = rendered(text)
+    if "--check" in argv:
+        if new != text:
+            print(f"{DOC}: the code table is out of date; run {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

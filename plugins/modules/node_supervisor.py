@@ -18,7 +18,13 @@ description:
   - V(status) reports the running supervisor (locks, lease, children).
   - V(stopped) refuses while children run unless O(force) (then kills and reaps them), releases the
     locks, closes the journal and returns its path. Stopping a supervisor that is not running is
-    not an error (it is what an C(always:) section needs).
+    not an error (it is what an C(always:) section needs). A supervisor that does not answer within
+    O(stop_timeout) (hung, SIGSTOPped) is identified by pid and start time from its lease record
+    and ended with SIGTERM, then SIGKILL after 5 s; the journal and RV(summary) (C(reason=escalated),
+    C(escalation)) say so.
+  - One start per run directory at a time (concurrent starts are serialised); a V(started) that
+    finds a supervisor already running with other locks fails C(already_running), and one that
+    finds a hung supervisor whose lease ran out ends it (pid and start time checked) and takes over.
   - See C(docs/supervisor.md) for the lifecycle, the lock file format and the journal schema.
 author:
   - OrbiTE qualification team (@orbite-qualification)
@@ -73,6 +79,12 @@ options:
     description: With V(stopped), kill and reap running children instead of refusing.
     type: bool
     default: false
+  stop_timeout:
+    description:
+      - With V(stopped), seconds to wait for the supervisor's answer before ending it (SIGTERM, then
+        SIGKILL after 5 s).
+    type: float
+    default: 30
 attributes:
   check_mode:
     support: partial
@@ -172,7 +184,10 @@ run_dir:
   type: str
   sample: /run/orbite/supervisors/ra-1-read-polling
 summary:
-  description: V(stopped) only; C(locks_released), C(released), C(children_killed), C(children), C(reason).
+  description:
+    - V(stopped) only; C(locks_released), C(released), C(children_killed), C(children), C(reason).
+    - When the supervisor did not answer, C(reason) is C(escalated) and C(escalation) lists the
+      signals sent (C(SIGTERM), C(SIGKILL)).
   returned: when a running supervisor was stopped
   type: dict
   sample:
@@ -185,7 +200,8 @@ summary:
     released: [{rnic: mlx5_1, path: /run/orbite/locks/mlx5_1.lock}, {rnic: mlx5_0, path: /run/orbite/locks/mlx5_0.lock}]
     journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
 error:
-  description: Stable failure code (C(lock_timeout), C(identity_mismatch), C(children_running), ...).
+  description: Stable failure code (C(lock_timeout), C(identity_mismatch), C(children_running),
+    C(already_running), C(unresponsive), C(journal_error), ...).
   returned: failure
   type: str
   sample: lock_timeout
@@ -224,30 +240,38 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
 
 def _started(module, client, p, lock_dir):
     check_start_args(p["run_id"], p["locks"], p["lease"], p["lock_timeout"])
-    try:
-        status = client.status()
-    except SupervisorNotRunning:
-        status = None
-    if status is not None:
-        held = sorted(lk["rnic"] for lk in status["locks"])
-        if held != sorted(p["locks"]):
-            running = OrbiteError(
-                f"a supervisor for run {p['run_id']} already runs holding {held}, not {sorted(p['locks'])}; "
-                "stop it first",
-                code="supervisor.already_running",
-            )
-            fail_from(module, running, error="already_running", supervisor=status, run_dir=client.run_dir,
-                      journal=client.journal_path, running=True)
-        return False, status
     if module.check_mode:
-        return True, None
+        if not client.alive():
+            return True, None
+        status = client.status()
+    else:
+        try:
+            start_supervisor(client.run_dir, p["run_id"], p["locks"], lock_dir, root=p["root"],
+                             hostname=p["hostname"], boot_id=p["boot_id"], controller=p["controller"],
+                             lease=p["lease"], lock_timeout=p["lock_timeout"])
+        except SupervisorAlreadyRunning as exc:  # started earlier, or by a concurrent start
+            status = exc.status
+        else:
+            return True, client.status()
+    held = sorted(lk["rnic"] for lk in status.get("locks") or [])
+    if held != sorted(p["locks"]) or status.get("run_id") != p["run_id"]:
+        running = OrbiteError(
+            f"a supervisor for run {status.get('run_id')} already runs in {client.run_dir} holding {held}, "
+            f"not {sorted(p['locks'])}; stop it first",
+            code="supervisor.already_running",
+        )
+        fail_from(module, running, error="already_running", supervisor=status, run_dir=client.run_dir,
+                  journal=client.journal_path, running=True)
+    return False, status
+
+
+def _answers(client):
+    """A supervisor that holds no run lock (started by an older release) but still answers."""
     try:
-        start_supervisor(client.run_dir, p["run_id"], p["locks"], lock_dir, root=p["root"],
-                         hostname=p["hostname"], boot_id=p["boot_id"], controller=p["controller"],
-                         lease=p["lease"], lock_timeout=p["lock_timeout"])
-    except SupervisorAlreadyRunning as exc:  # a concurrent start won the race
-        return False, exc.status
-    return True, client.status()
+        client.status(timeout=5)
+    except SupervisorError:
+        return False
+    return True
 
 
 def main():
@@ -265,6 +289,7 @@ def main():
             "lease": {"type": "float", "default": 600},
             "lock_timeout": {"type": "float", "default": 30},
             "force": {"type": "bool", "default": False},
+            "stop_timeout": {"type": "float", "default": 30},
         },
         required_if=[("state", "started", ("locks",))],
         supports_check_mode=True,
@@ -294,23 +319,21 @@ def main():
                 client.renew(p["lease"])
                 status = client.status()
             result.update(changed=state == "renewed", running=True, supervisor=status)
+        elif not client.alive() and not _answers(client):  # stopped: never started, or gone
+            result.update(running=False, journal_exists=os.path.exists(client.journal_path))
+        elif module.check_mode:
+            result.update(changed=True, running=True)
         else:
-            try:
-                client.status()
-            except SupervisorNotRunning:
-                result.update(running=False, journal_exists=os.path.exists(client.journal_path))
-                module.exit_json(**result)
-            if module.check_mode:
-                result.update(changed=True, running=True)
-            else:
-                summary = client.stop(force=p["force"])
-                result.update(changed=True, running=False, summary=summary)
+            summary = client.stop(force=p["force"], timeout=p["stop_timeout"])
+            result.update(changed=True, running=False, summary=summary)
     except SupervisorStartError as exc:
         details = {k: v for k, v in exc.details.items() if k in ("owner", "rnic", "mismatch")}
         result.update(details, error=exc.code, running=False)
         fail_from(module, exc, prefix="supervisor did not start", **result)
     except SupervisorRequestError as exc:
-        result.update(error=exc.code, running=True)
+        result.update(error=exc.code, running=exc.code != "journal_error")
+        if exc.code == "journal_error":
+            result["summary"] = {k: v for k, v in exc.response.items() if k not in ("ok", "error", "msg")}
         fail_from(module, exc, prefix="supervisor refused", **result)
     except SupervisorError as exc:
         result.update(error=type(exc).__name__)

@@ -15,6 +15,11 @@ description:
   - Fails listing B(every) broken rule, each naming the field, the value and the rule.
   - Runs on the controller and changes nothing.
   - Survey values arrive as strings; integers and booleans given as strings are cast.
+  - The profile is input and is loaded within bounds, each broken one a coded violation - at most
+    64 KiB of text, from a regular file only (C(profile.size), C(profile.file)); YAML without aliases
+    or merge keys (C(profile.yaml_alias)); no key twice in one mapping (C(profile.duplicate_key));
+    nesting at most 32 levels (C(profile.nesting)). The C(source) and C(requester) fields are host
+    names of the collection's grammar (C(source.hostname)). Values shown in messages are cut.
 author:
   - OrbiTE qualification team (@orbite-qualification)
 extends_documentation_fragment:

@@ -14,6 +14,9 @@ description:
   - Never opens a file of O(root) for writing. Garbage in a file becomes an entry of
     RV(inventory.errors) naming the field path, the file, the value and the rule; only a missing
     O(root) fails the task.
+  - The tree under O(root) is input, not trusted. A file or directory whose real path leaves O(root)
+    is not read, only regular files are read (never a FIFO or a device), at most 64 KiB each, and a
+    cpulist may only name CPUs below 8192; each refusal is an entry of RV(inventory.errors).
   - Unused GID slots (all-zero GID, or gid_attrs reads failing with EINVAL) are counted in
     C(gids_unused), not listed.
   - Shares no code with the OrbiTE engine; the gate records it before and after every child.
@@ -26,8 +29,10 @@ extends_documentation_fragment:
 options:
   save_to:
     description:
-      - Also write the inventory as JSON (sorted keys) to this path on the node, atomically, mode 0644.
-      - Refused inside C(/sys), C(/proc) or the same directories under O(root).
+      - Also write the inventory as JSON (sorted keys) to this path on the node, atomically, mode 0600
+        (it names the host, its addresses and its devices); keep its directory private too (0700).
+      - Refused inside C(/sys), C(/proc) or the same directories under O(root), and when the path is
+        a FIFO, a device, a socket or a directory.
       - In check mode nothing is written; RV(save_to.changed) tells whether it would be.
     type: path
   verbs:
@@ -183,7 +188,7 @@ def main():
         if save_to:
             changed = save_inventory(render_inventory(inventory), save_to, root=root, dry_run=module.check_mode)
             saved = {"path": save_to, "changed": changed, "written": changed and not module.check_mode}
-    except InventoryError as error:
+    except (InventoryError, OSError) as error:
         fail_from(module, error, prefix="rdma_inventory")
     module.exit_json(changed=bool(saved and saved["changed"]), inventory=inventory, save_to=saved)
 

@@ -8,12 +8,21 @@ module: result_check
 short_description: Verify every receipt of a qualification run and write the verdict
 version_added: 0.1.0
 description:
-  - Reads every case of a run directory (layout in C(docs/verifier.md)), checks the runner ledgers,
-    observer logs and other receipts against the profile's derived workload with one stable code
-    per rule, and writes the verdict as JSON, JUnit XML and Markdown.
-  - The verdict is rewritten after every case, so an interrupted run still leaves the verdict so far.
-  - Shares no code with any runner. A missing, truncated or malformed receipt is a coded FAIL.
-  - The module does not fail on a FAIL verdict; the P(orbite.qualification.result_check#role) role does.
+  - Reads every case the plan C(run.json) of a run directory names (layout in C(docs/verifier.md)),
+    checks the runner ledgers, observer logs and other receipts against the profile's derived
+    workload with one stable code per rule, and writes the verdict as JSON, JUnit XML and Markdown.
+  - Fails closed. The verdict is C(PASS) only when the run finished and every planned case passed;
+    a run not finished is C(INCOMPLETE), never C(PASS); a missing or invalid C(run.json) is the
+    FAIL C(run.plan). The planned cases come from C(run.json), never from the directories found.
+  - The verdict is rewritten when verification starts and after every case, so an interrupted run
+    still leaves the verdict so far, and no older verdict outlives a new one.
+  - Receipts are read as regular files inside the run directory only, size- and depth-capped.
+    Shares no code with any runner. A missing, unsafe, truncated or malformed receipt is a coded FAIL.
+  - The module does not fail on a FAIL or INCOMPLETE verdict; the
+    P(orbite.qualification.result_check#role) role does. It fails (code C(verdict.unwritable)) when
+    the full verdict cannot be written (a full disk), after removing every older verdict file and
+    writing a short form in its place if that fits (never C(PASS)). With O(partial=true) it only
+    warns, since the final verification writes (or fails) later.
 author:
   - OrbiTE qualification team (@orbite-qualification)
 extends_documentation_fragment:
@@ -29,13 +38,15 @@ options:
     type: path
   cases:
     description:
-      - The case IDs that must be present; a missing one is the FAIL C(case.missing).
-      - Defaults to the C(cases) list of C(run.json), else every case directory found.
+      - Verify only these planned cases (those run so far); the other planned cases are not verified
+        and make the verdict C(INCOMPLETE).
+      - Every case given must be in the C(cases) list of C(run.json), else the verdict fails with C(run.plan).
+      - Defaults to every planned case. A planned case without a directory is the FAIL C(case.missing).
     type: list
     elements: str
   partial:
     description:
-      - The run is still going and only O(cases) are done; the verdict says C(complete=false).
+      - The run is still going; the verdict says C(complete=false) and is C(INCOMPLETE) at best.
       - The gate verifies after every case this way, so a killed controller leaves the verdict so far.
     type: bool
     default: false
@@ -63,12 +74,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 verdict:
-  description: C(PASS) when every case passed every rule that applies to it, else C(FAIL).
+  description:
+    - C(PASS) when the run finished and every planned case passed every rule that applies to it;
+      C(INCOMPLETE) when nothing failed but not every planned case was verified; else C(FAIL).
+    - Also returned when the module fails with C(verdict.unwritable) (the verdict computed, not written).
   returned: always
   type: str
   sample: PASS
 complete:
-  description: False for a partial verdict (O(partial=true)).
+  description: False for a partial verdict (O(partial=true)) or while a planned case is not verified.
   returned: always
   type: bool
   sample: true
@@ -78,10 +92,10 @@ diagnostic_only:
   type: bool
   sample: false
 counts:
-  description: Rule findings passed, failed and skipped, and cases in all and failed.
+  description: Rule findings passed, failed and skipped, and planned cases in all, passed, failed and not verified.
   returned: always
   type: dict
-  sample: {pass: 112, fail: 0, skip: 6, cases: 2, cases_failed: 0}
+  sample: {pass: 112, fail: 0, skip: 6, cases: 2, cases_passed: 2, cases_failed: 0, cases_incomplete: 0}
 failed_codes:
   description: The codes of the rules that failed, in order of first failure.
   returned: always
@@ -106,18 +120,20 @@ reports:
       type: str
       sample: /var/tmp/orbite-runs/ra-1/verdict.md
 cases:
-  description: Per case its verdict and the codes that failed.
+  description: Per planned case its verdict (C(PASS), C(FAIL) or C(INCOMPLETE)) and the codes that failed.
   returned: always
   type: list
   elements: dict
   sample:
     - {case: read-polling, verdict: PASS, failed: []}
-    - {case: write-events, verdict: PASS, failed: []}
+    - {case: write-events, verdict: INCOMPLETE, failed: []}
 code:
-  description: Stable failure code; C(run_dir.missing) when O(run_dir) is not a directory.
+  description:
+    - Stable failure code; C(run_dir.missing) when O(run_dir) is not a directory, C(verdict.unwritable)
+      when no verdict file could be written (a full disk, a read-only directory).
   returned: failure
   type: str
-  sample: run_dir.missing
+  sample: verdict.unwritable
 """
 
 import os
@@ -125,7 +141,23 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import report_paths
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import (
+    VerdictWriteError,
+    verify_run,
+)
+
+
+def _summary(result, output_dir):
+    return {
+        "verdict": result["verdict"],
+        "complete": result["complete"],
+        "diagnostic_only": result["diagnostic_only"],
+        "counts": result["counts"],
+        "failed_codes": result["failed_codes"],
+        "reports": report_paths(output_dir),
+        "cases": [{"case": c["case"], "verdict": c["verdict"],
+                   "failed": [f["code"] for f in c["findings"] if f["status"] == "FAIL"]} for c in result["cases"]],
+    }
 
 
 def main():
@@ -147,19 +179,15 @@ def main():
             ),
         )
     output_dir = module.params["output_dir"] or run_dir
-    result = verify_run(run_dir, output_dir=output_dir, write=not module.check_mode,
-                        expected_cases=module.params["cases"], partial=module.params["partial"])
-    module.exit_json(
-        changed=not module.check_mode,
-        verdict=result["verdict"],
-        complete=result["complete"],
-        diagnostic_only=result["diagnostic_only"],
-        counts=result["counts"],
-        failed_codes=result["failed_codes"],
-        reports=report_paths(output_dir),
-        cases=[{"case": c["case"], "verdict": c["verdict"],
-                "failed": [f["code"] for f in c["findings"] if f["status"] == "FAIL"]} for c in result["cases"]],
-    )
+    try:
+        result = verify_run(run_dir, output_dir=output_dir, write=not module.check_mode,
+                            cases=module.params["cases"], partial=module.params["partial"])
+    except VerdictWriteError as error:
+        # The verdict computed goes back with the failure, so the role can still publish it.
+        fail_from(module, error, changed=True, **_summary(error.verdict, output_dir))
+    if result.get("write_error"):  # a partial verdict: the final verification writes, or fails, later
+        module.warn(f"the partial verdict could not be written: {result['write_error']}")
+    module.exit_json(changed=not module.check_mode, **_summary(result, output_dir))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ description:
   - Writes C(run.json) and C(cases/<id>/case.json) for every planned case, atomically, on the
     host it runs on (the controller). The verifier reads exactly this plan.
   - Refuses a directory that already holds another run's plan, so receipts of two runs never mix.
+  - Private by default, since what a run directory holds names hosts, devices and addresses. Every
+    directory it creates (O(run_dir) and its missing parents, C(cases/) and each case's) is 0700,
+    C(run.json) and C(case.json) are 0600. An O(run_dir) that already exists keeps its mode.
 author:
   - OrbiTE qualification team (@orbite-qualification)
 extends_documentation_fragment:

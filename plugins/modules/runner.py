@@ -42,6 +42,12 @@ options:
       - Required with O(state=started).
     type: list
     elements: str
+  runner_sha256:
+    description:
+      - The pinned sha256 of the first element of O(runner_argv) (the installed binary, from the
+        installation manifest). When given, the supervisor runs it only from a copy it made while
+        checking that hash, so a binary swapped after the installation check never runs.
+    type: str
   output_dir:
     description: Directory on the node for the case file and receipts; it must not hold receipts already.
     type: path
@@ -51,7 +57,11 @@ options:
     type: str
     choices: [source, requester]
   run_id:
-    description: The run's ID, echoed into the ledger. Required with O(state=started).
+    description:
+      - The run's ID, echoed into the ledger. Required with O(state=started).
+      - Like every name (RNIC, registration, observer), 1 to 64 ASCII letters, digits, C(.), C(_) or
+        C(-), starting with a letter or digit; anything else (a trailing newline, a look-alike
+        letter) is refused with C(bad_input).
     type: str
   generation:
     description: Process generation (1 for single-generation modes).
@@ -123,6 +133,8 @@ options:
     description:
       - Native observer libraries to load by C(LD_PRELOAD), in load order. A library whose sha256
         differs from its pin is refused. Only for a native runner and only where the mode needs them.
+      - The supervisor hashes each library again while copying it into a sealed anonymous file,
+        and preloads that copy (C(/proc/self/fd/N)), so the bytes loaded are the bytes checked.
     type: list
     elements: dict
     default: []
@@ -138,7 +150,11 @@ options:
   env:
     description:
       - Extra environment for the runner, variable name to value.
-      - C(LD_PRELOAD) and C(RDMAV_ALLOW_DISASSOC_DESTROY) are dropped.
+      - The supervisor keeps only an allowlist (C(ORBITE_*), C(LC_*), C(PATH), C(HOME), C(LANG),
+        C(LANGUAGE), C(TZ), C(TMPDIR), C(TERM), C(USER), C(LOGNAME), C(RUST_LOG), C(RUST_BACKTRACE));
+        every C(LD_*) and C(RDMAV_*) variable (C(LD_PRELOAD), C(LD_AUDIT), C(LD_LIBRARY_PATH),
+        C(RDMAV_ALLOW_DISASSOC_DESTROY), ...) and anything else is dropped, and listed in
+        RV(env_stripped) and the supervisor journal.
     type: dict
     default: {}
   defects:
@@ -247,6 +263,12 @@ ready:
   sample: {schema: orbite.runner-ready, version: 1, protocol: orbite-installed-host-v4, pid: 8656, role: source,
            generation: 1, epoch: 8781239018231, registration_id: ra-1-read-polling-source,
            service_address: "127.0.0.11:40123", data_address: "127.0.0.11:40124"}
+env_stripped:
+  description: Names of O(env) variables the supervisor dropped (not on its allowlist).
+  returned: O(state=started), not in check mode
+  type: list
+  elements: str
+  sample: [LD_LIBRARY_PATH, RDMAV_ALLOW_DISASSOC_DESTROY]
 ledger:
   description: Path where the runner writes its ledger.
   returned: success, not in check mode
@@ -254,14 +276,14 @@ ledger:
   sample: /var/tmp/orbite/ra-1/read-polling/source/g1/ledger.json
 code:
   description: Stable failure code (C(bad_input), C(hash_mismatch), C(output_not_empty), C(launch_failed),
-    C(exited_before_ready), C(ready_timeout), C(timeout), ...).
+    C(exited_before_ready), C(ready_invalid), C(ready_mismatch), C(ready_timeout), C(timeout), ...).
   returned: failure
   type: str
   sample: hash_mismatch
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
 from ansible_collections.orbite.qualification.plugins.module_utils._run.launch import RunnerError, finish, start
 
 _STARTED_REQUIRES = ("runner_argv", "role", "run_id", "profile", "registration_id")
@@ -273,6 +295,7 @@ def main():
             "state": {"type": "str", "choices": ["started", "finished"], "default": "started"},
             "supervisor_run_dir": {"type": "path", "required": True},
             "runner_argv": {"type": "list", "elements": "str"},
+            "runner_sha256": {"type": "str"},
             "output_dir": {"type": "path", "required": True},
             "role": {"type": "str", "choices": ["source", "requester"]},
             "run_id": {"type": "str"},
@@ -316,7 +339,7 @@ def main():
             result = finish(params)
     except RunnerError as error:
         fail_from(module, error)
-    except OSError as error:
+    except (OSError, OrbiteError) as error:
         fail_from(module, error, prefix=f"runner {params['state']}")
     module.exit_json(**result)
 

@@ -11,9 +11,10 @@ description:
   - Talks to the supervisor started by M(orbite.qualification.node_supervisor) over its private
     control socket. The child is the supervisor's, so it stays under the RNIC locks, is journaled,
     and is killed and reaped when the lease runs out or the supervisor is stopped with force.
-  - V(launch) starts O(argv) (a list, never run through a shell) with exactly O(env) as its
-    environment (C(RDMAV_ALLOW_DISASSOC_DESTROY) is always removed and the journal says so) and
-    C(LD_PRELOAD) built from O(ld_preload) (absolute paths of existing regular files).
+  - V(launch) starts O(argv) (a list, never run through a shell) with the allowed part of O(env) as
+    its environment (every C(LD_*) and C(RDMAV_*) variable and anything else off the supervisor's
+    allowlist is removed, and the result and the journal say so) and C(LD_PRELOAD) naming hash-checked
+    copies of the O(ld_preload) libraries.
   - V(wait) waits up to O(timeout) seconds for the child to exit.
   - V(signal) sends O(signal) to the one child named by O(child_id), O(pid) and O(start_time); a
     mismatch (for example a reused pid) is refused. With O(reap) it waits for the exit status.
@@ -38,10 +39,18 @@ options:
     description: V(launch) only; the command as a list; C(argv[0]) must be an absolute path of an executable.
     type: list
     elements: str
+  exe_sha256:
+    description:
+      - V(launch) only; the pinned sha256 of C(argv[0]). The supervisor then runs C(argv[0]) only
+        from a copy it made while checking that hash (a mismatch fails with C(hash_mismatch)).
+    type: str
   env:
     description:
       - V(launch) only; the child's whole environment, variable name to value (nothing is inherited).
       - Values are passed as strings.
+      - Only an allowlist is kept (C(ORBITE_*), C(LC_*), C(PATH), C(HOME), C(LANG), C(LANGUAGE),
+        C(TZ), C(TMPDIR), C(TERM), C(USER), C(LOGNAME), C(RUST_LOG), C(RUST_BACKTRACE)); the other
+        names are dropped and returned in RV(env_stripped).
     type: dict
     default: {}
   cwd:
@@ -49,11 +58,21 @@ options:
     type: path
   ld_preload:
     description:
-      - V(launch) only; libraries for C(LD_PRELOAD), absolute paths of existing regular files
-        (no spaces or colons), in load order.
+      - V(launch) only; libraries for C(LD_PRELOAD), in load order, each pinned to its sha256.
+      - The supervisor copies each one into a sealed anonymous file while hashing it, refuses a
+        mismatch (C(hash_mismatch)), and preloads the copy, so the bytes loaded are the bytes checked.
     type: list
-    elements: path
+    elements: dict
     default: []
+    suboptions:
+      path:
+        description: Absolute path of an existing regular file (not a symlink; no spaces or colons).
+        type: path
+        required: true
+      sha256:
+        description: The library's sha256, 64 lower-case hex digits.
+        type: str
+        required: true
   stdout_path:
     description: V(launch) only; file receiving the child's standard output (created 0600, truncated).
     type: path
@@ -166,7 +185,7 @@ timed_out:
   type: bool
   sample: false
 env_stripped:
-  description: V(launch) only; environment keys removed from O(env).
+  description: V(launch) only; environment keys removed from O(env) (not on the supervisor's allowlist).
   returned: action is launch
   type: list
   elements: str
@@ -212,7 +231,11 @@ def main():
             "argv": {"type": "list", "elements": "str"},
             "env": {"type": "dict", "default": {}},
             "cwd": {"type": "path"},
-            "ld_preload": {"type": "list", "elements": "path", "default": []},
+            "ld_preload": {"type": "list", "elements": "dict", "default": [], "options": {
+                "path": {"type": "path", "required": True},
+                "sha256": {"type": "str", "required": True},
+            }},
+            "exe_sha256": {"type": "str"},
             "stdout_path": {"type": "path"},
             "stderr_path": {"type": "path"},
             "child_id": {"type": "str"},
@@ -240,7 +263,8 @@ def main():
         if action == "launch":
             env = {str(k): str(v) for k, v in p["env"].items()}
             child = client.launch(p["argv"], env=env, cwd=p["cwd"], ld_preload=p["ld_preload"],
-                                  stdout_path=p["stdout_path"], stderr_path=p["stderr_path"])
+                                  stdout_path=p["stdout_path"], stderr_path=p["stderr_path"],
+                                  exe_sha256=p["exe_sha256"])
             stripped = child.pop("env_stripped")
             module.exit_json(changed=True, child=child, env_stripped=stripped)
         child = client.signal(p["child_id"], p["pid"], p["start_time"], p["signal"], reap=p["reap"],

@@ -1,12 +1,14 @@
-"""The whole gate through ansible-playbook on the local simulated lab: pass, red check, killed controller."""
+"""The whole gate through ansible-playbook on the local simulated lab: pass, red check, killed controller, full disk."""
 
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,16 @@ def _gate(repo_root, ansible_env, lab, runs, playbook, extra, **popen):
 def _verdict(runs):
     (run_dir,) = [p for p in Path(runs).iterdir() if p.is_dir()]
     return json.loads((run_dir / "verdict.json").read_text()), run_dir
+
+
+def _three_formats(run_dir):
+    """(verdict.json's verdict, JUnit failures and failing testcases, Markdown title) as on disk."""
+    verdict = json.loads((run_dir / "verdict.json").read_text())["verdict"]
+    junit = ET.parse(run_dir / "verdict.xml").getroot()
+    failing = {(suite.get("name"), case.get("name")) for suite in junit for case in suite
+               if case.find("failure") is not None}
+    title = (run_dir / "verdict.md").read_text().splitlines()[0]
+    return verdict, int(junit.get("failures")), failing, title
 
 
 def _locks_free(lab):
@@ -117,9 +129,14 @@ def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(re
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    verdict, _ = _verdict(tmp_path)
+    verdict, run_dir = _verdict(tmp_path)
     assert verdict["complete"] is False
-    assert [c["case"] for c in verdict["cases"]] == ["read-polling"]
+    assert [(c["case"], c["verdict"]) for c in verdict["cases"]] == [("read-polling", "PASS"),
+                                                                    ("write-events", "INCOMPLETE")]
+    # Fail closed: the verdict left on disk is INCOMPLETE in all three formats, never PASS.
+    status, failures, failing, title = _three_formats(run_dir)
+    assert status == "INCOMPLETE" and title == "# Verdict: INCOMPLETE" and failures >= 1
+    assert ("write-events", "verification") in failing and ("run", "run.incomplete") in failing
     assert _supervisor_pids(lab), "case 2's supervisors should still hold the locks right after the kill"
     deadline = time.monotonic() + lease + 30
     while time.monotonic() < deadline and (_supervisor_pids(lab) or not _locks_free(lab)):
@@ -149,4 +166,44 @@ def test_a_held_rnic_lock_fails_the_case_by_name_and_leaves_nothing_held(repo_ro
     assert "source on sim-a" in finding["message"] and "mlx5_1" in finding["message"]
     assert "left no record" in finding["message"] or "empty lock file" in finding["message"]
     assert "Traceback" not in result.stdout
+    assert _locks_free(lab) and not _supervisor_pids(lab)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
+def test_a_full_output_disk_in_case_2_leaves_a_fail_never_a_pass(repo_root, ansible_env, lab, tmp_path):
+    """The output directory is a small tmpfs (in a mount namespace of the gate's own), filled to the
+    last byte once case 2 has started: case 2's receipts cannot be fetched, the final verdict cannot
+    be written in full. The gate still verifies; the verdict on disk is FAIL in all three formats
+    (the short form, written where the older partial verdict was), and the play fails naming why."""
+    runs, seen = tmp_path / "runs", tmp_path / "seen"
+    runs.mkdir()
+    run_id = f"full-{os.getpid()}-{int(time.time())}"  # the lab is shared with the other tests' runs
+    started = Path(lab) / f"sim-a/var/tmp/orbite/{run_id}/write-events/source/g1/ready.json"
+    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/sim", "playbooks/rail_accounting.yml",
+           "-e", f"sim_lab_dir={lab}", "-e", f"orbite_output_dir={runs}", "-e", json.dumps({"orbite_run_id": run_id})]
+    script = f"""
+mount -t tmpfs -o size=8m orbite-full-runs {runs} || exit 99
+( while [ ! -e {started} ]; do sleep 0.05; done; cat /dev/zero > {runs}/filler 2>/dev/null; touch {tmp_path}/filled ) &
+filler=$!
+"$@" > {tmp_path}/gate.log 2>&1
+rc=$?
+kill $filler 2>/dev/null
+cp -r {runs}/{run_id} {seen} 2>/dev/null
+exit $rc
+"""
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "gate", *cmd],
+                          cwd=repo_root, env=ansible_env, capture_output=True, text=True, timeout=600, check=False)
+    output = (tmp_path / "gate.log").read_text()
+    assert done.returncode not in (0, 99), output[-4000:]
+    assert (tmp_path / "filled").exists(), "the disk was never filled: case 2 never started"
+    assert "verdict.unwritable" in output and "No space left on device" in output, output[-4000:]
+    assert "Traceback" not in output
+    status, failures, _failing, title = _three_formats(seen)
+    assert status == "FAIL" and title == "# Verdict: FAIL" and failures >= 1
+    short = json.loads((seen / "verdict.json").read_text())
+    assert "verdict.unwritable" in short["failed_codes"]
+    assert [c["case"] for c in short["cases"]] == ["read-polling", "write-events"]
+    assert short["cases"][1]["verdict"] == "FAIL"  # its receipts never arrived: a coded receipt.* FAIL
+    assert {f["code"] for f in short["cases"][1]["findings"]} & {"receipt.missing", "receipt.truncated",
+                                                                  "receipt.malformed"}
     assert _locks_free(lab) and not _supervisor_pids(lab)

@@ -202,3 +202,19 @@ def test_run_directory_is_a_name_under_the_work_dir_outside_the_collection(repo_
     assert message.format(repo=repo_root) in " ".join(result.stdout.split()), result.stdout
     assert not (repo_root / "out" / "runs" / "ra").exists()
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_failed_preflight_still_publishes_a_fail_artifact(repo_root, ansible_env, inventory, tmp_path):
+    """AWX reads set_stats: a bad profile stops the gate before any case, and the artifact says FAIL."""
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+           str(repo_root / "playbooks" / "installed_host.yml"), "-e",
+           json.dumps({"orbite_profile": _profile(repo_root, "installed_host.json", num_lanes="x")})]
+    env = dict(ansible_env, ORBITE_WORK_DIR=str(tmp_path / "w"), ANSIBLE_SHOW_CUSTOM_STATS="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode != 0
+    stats = json.loads(result.stdout[result.stdout.index("CUSTOM STATS"):].split(":", 2)[2].strip().split("\n")[0])
+    assert stats["orbite_verdict"] == "FAIL" and stats["orbite_verdict_failed_codes"] == ["preflight.failed"]
+    assert "num_lanes" in stats["orbite_verdict_error"]
+    assert "preflight failed, nothing was run" in result.stdout
+    assert _recap_hosts(result.stdout[: result.stdout.index("CUSTOM STATS")]) == {"localhost"}

@@ -51,6 +51,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._build.manife
     resolve_native_libraries,
     sha256_file,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import PinError, pin_file
 
 # Bumped whenever the build steps change what they produce: it is part of the input fingerprint.
 BUILDER_VERSION = 1
@@ -653,11 +654,18 @@ def _build_locked(request: BuildRequest, facts: dict, steps: List[dict]) -> dict
         ),
     )
     binary = _install(_consumer_binary(built.stdout, consumer), os.path.join(output, "installed", "bin"))
-    answer = probe_protocol(binary)
-    if answer != PROTOCOL:
-        raise BuildError(f"installed binary {binary}: --protocol answered {answer!r}, expected {PROTOCOL!r}")
+    # The hash the manifest pins is the hash of the bytes that answered --protocol and were traced.
+    try:
+        pinned = pin_file(binary, what="installed binary")
+    except PinError as error:
+        raise BuildError(str(error)) from None
+    with pinned:
+        answer = probe_protocol(binary, pinned)
+        if answer != PROTOCOL:
+            raise BuildError(f"installed binary {binary}: --protocol answered {answer!r}, expected {PROTOCOL!r}")
+        libraries, unresolved = resolve_native_libraries(binary, pinned)
+    binary_record = {"path": os.path.relpath(binary, output), "sha256": pinned.sha256}
     observers = timed("observers", build_observers, request, facts["observers"])
-    libraries, unresolved = resolve_native_libraries(binary)
     if unresolved:
         raise BuildError(f"installed binary {binary}: native libraries not found: {', '.join(unresolved)}")
     modules = sorted(os.path.join(d, f) for d, _dirs, files in os.walk(consumer) for f in files if f.endswith(".rs"))
@@ -677,7 +685,7 @@ def _build_locked(request: BuildRequest, facts: dict, steps: List[dict]) -> dict
         "fixture_modules": [_record(m, output) for m in modules],
         "consumer_manifest": _record(consumer_toml, output),
         "lockfile": _record(os.path.join(consumer, "Cargo.lock"), output),
-        "binary": _record(binary, output),
+        "binary": binary_record,
         "observers": observers,
         "observers_absent_reason": facts["observers"]["reason"],
         "native_libraries": libraries,

@@ -40,6 +40,12 @@ import subprocess
 from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import (
+    PinError,
+    PinMismatch,
+    Pinned,
+    pin_file,
+)
 
 SCHEMA = "orbite.installation-manifest"
 VERSION = 1
@@ -264,23 +270,33 @@ def parse_ldd(text: str) -> Tuple[List[Tuple[str, str]], List[str]]:
     return resolved, unresolved
 
 
-def resolve_native_libraries(binary: str) -> Tuple[List[dict], List[str]]:
+def _target(binary: str, pinned: Optional[Pinned]) -> Tuple[str, tuple]:
+    """What to hand to the loader or to exec: the pinned copy (/proc/self/fd/N, passed on) if any."""
+    return (pinned.proc_path, (pinned.fd,)) if pinned is not None else (binary, ())
+
+
+def resolve_native_libraries(binary: str, pinned: Optional[Pinned] = None) -> Tuple[List[dict], List[str]]:
     """Resolve ``binary``'s shared libraries with the system loader (``ldd``) and hash each one.
 
-    ``ldd`` runs the dynamic loader on the binary in trace mode; it is only used on the binary
-    this collection built (or its deployed copy, whose hash is checked first).
+    ``ldd`` runs the dynamic loader on the binary in trace mode, so it is only ever given bytes whose
+    hash was checked: the pinned copy (``pinned``, see _node/pinned.py) of the binary this
+    collection built or of its deployed copy.
     """
+    target, fds = _target(binary, pinned)
     try:
         proc = subprocess.run(
-            ["ldd", binary],
+            ["ldd", target],
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
             env=_loader_env(),
+            pass_fds=fds,
         )
     except FileNotFoundError:
         raise InstallationError("ldd (glibc's libc-bin) is needed to resolve native libraries") from None
+    except subprocess.TimeoutExpired:
+        raise InstallationError(f"ldd {binary}: no answer within 30 s") from None
     resolved, unresolved = parse_ldd(proc.stdout + "\n" + proc.stderr)
     if proc.returncode != 0 and not resolved and not unresolved:
         return [], []  # a static binary or a script: nothing to resolve
@@ -289,22 +305,29 @@ def resolve_native_libraries(binary: str) -> Tuple[List[dict], List[str]]:
 
 
 def _loader_env() -> dict:
-    # The check must see what a runner would see: no preload or extra search path from the caller.
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
+    # The check must see what a runner would see: no preload, audit module or extra search path from
+    # the caller (every LD_* variable is dropped, as the supervisor drops them for a runner).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     env["LC_ALL"] = "C"
     return env
 
 
-def probe_protocol(binary: str) -> str:
-    """What ``<binary> --protocol`` prints (stripped), or a description of how it failed."""
+def probe_protocol(binary: str, pinned: Optional[Pinned] = None) -> str:
+    """What ``<binary> --protocol`` prints (stripped), or a description of how it failed.
+
+    With ``pinned`` the pinned copy is what runs (argv[0] still names ``binary``).
+    """
+    target, fds = _target(binary, pinned)
     try:
         proc = subprocess.run(
             [binary, "--protocol"],
+            executable=target,
             capture_output=True,
             text=True,
             timeout=PROTOCOL_TIMEOUT,
             check=False,
             env=_loader_env(),
+            pass_fds=fds,
         )
     except OSError as error:
         return f"cannot run: {error.strerror}"
@@ -326,6 +349,25 @@ def _compare_file(field: str, expected_sha: str, path: str, mismatches: List[Mis
     found = sha256_file(path)
     if found != expected_sha:
         mismatches.append(Mismatch(f"{field}.sha256", expected_sha, found, path))
+
+
+def pin_checked(field: str, expected_sha: str, path: str, mismatches: List[Mismatch]) -> Optional[Pinned]:
+    """A pinned copy of ``path`` whose hash is ``expected_sha``, or None and a Mismatch.
+
+    Whatever is run afterwards (``ldd``, ``--protocol``) runs this copy: a file swapped or rewritten
+    after the check is never executed, and a mismatching one never at all.
+    """
+    if not os.path.exists(path):
+        mismatches.append(Mismatch(field, expected_sha, "missing", path))
+        return None
+    try:
+        # Resolve a symlinked install path first: what counts is the hash of the bytes opened.
+        return pin_file(os.path.realpath(path), expected_sha, field)
+    except PinMismatch as error:
+        mismatches.append(Mismatch(f"{field}.sha256", expected_sha, error.found, path))
+    except PinError as error:
+        mismatches.append(Mismatch(field, expected_sha, f"unreadable ({error})", path))
+    return None
 
 
 def artifact_records(manifest: dict) -> List[Tuple[str, dict]]:
@@ -379,17 +421,20 @@ def check_controller(
         checked.append("artifact files")
         mismatches += check_artifact_files(manifest, manifest_dir)
     if binary:
-        # The gate's (installation, binary) pair: the binary it was given must be the pinned one.
+        # The gate's (installation, binary) pair: the binary it was given must be the pinned one,
+        # and only then is it run (--protocol), from the copy whose hash matched.
         checked.append("binary")
-        _compare_file("binary", manifest["binary"]["sha256"], binary, mismatches)
-        if probe and os.path.isfile(binary):
-            checked.append("binary --protocol")
-            _check_protocol_answer(binary, mismatches)
+        pinned = pin_checked("binary", manifest["binary"]["sha256"], binary, mismatches)
+        if pinned is not None:
+            with pinned:
+                if probe:
+                    checked.append("binary --protocol")
+                    _check_protocol_answer(binary, mismatches, pinned)
     return mismatches, checked
 
 
-def _check_protocol_answer(binary: str, mismatches: List[Mismatch]) -> None:
-    answer = probe_protocol(binary)
+def _check_protocol_answer(binary: str, mismatches: List[Mismatch], pinned: Optional[Pinned] = None) -> None:
+    answer = probe_protocol(binary, pinned)
     if answer != PROTOCOL:
         mismatches.append(Mismatch("protocol (binary --protocol)", PROTOCOL, answer, binary))
 
@@ -409,7 +454,7 @@ def check_node(
     unknown = sorted(set(observers) - set(OBSERVER_TOOLS))
     if unknown:
         raise ManifestError("(observers)", [("observers", unknown, f"tools among {list(OBSERVER_TOOLS)}")])
-    _compare_file("binary", manifest["binary"]["sha256"], binary, mismatches)
+    pinned = pin_checked("binary", manifest["binary"]["sha256"], binary, mismatches)
     for tool, reason in missing_observers(manifest, require_observers):
         mismatches.append(Mismatch(f"observers.{tool}", "built", f"absent ({reason})"))
     for tool in require_observers:
@@ -423,17 +468,19 @@ def check_node(
             mismatches.append(Mismatch(f"observers.{tool}", f"absent ({reason})", "a deployed file", path))
         else:
             _compare_file(f"observers.{tool}", record["sha256"], path, mismatches)
-    if os.path.isfile(binary):
-        checked.append("native_libraries")
-        _check_native_libraries(manifest, binary, pin_native_libraries, mismatches)
-        if probe:
-            checked.append("binary --protocol")
-            _check_protocol_answer(binary, mismatches)
+    if pinned is not None:  # never ldd or run a binary whose hash does not match
+        with pinned:
+            checked.append("native_libraries")
+            _check_native_libraries(manifest, binary, pin_native_libraries, mismatches, pinned)
+            if probe:
+                checked.append("binary --protocol")
+                _check_protocol_answer(binary, mismatches, pinned)
     return mismatches, checked
 
 
-def _check_native_libraries(manifest: dict, binary: str, pin: bool, mismatches: List[Mismatch]) -> None:
-    found, unresolved = resolve_native_libraries(binary)
+def _check_native_libraries(manifest: dict, binary: str, pin: bool, mismatches: List[Mismatch],
+                            copy: Optional[Pinned] = None) -> None:
+    found, unresolved = resolve_native_libraries(binary, copy)
     for soname in unresolved:
         mismatches.append(Mismatch(f"native_libraries[{soname}]", "resolved", "not found"))
     by_soname = {lib["soname"]: lib for lib in found}

@@ -4,8 +4,11 @@
 
 import json
 import os
+import stat
 import tempfile
 from typing import Any
+
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 
 
 def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -42,3 +45,55 @@ def atomic_write_text(path: str, text: str, mode: int = 0o600) -> None:
 def atomic_write_json(path: str, data: Any, mode: int = 0o600, indent: int = 2) -> None:
     """JSON with sorted keys and a final newline, written atomically."""
     atomic_write_text(path, json.dumps(data, indent=indent, sort_keys=True) + "\n", mode)
+
+
+class NotRegularFile(OrbiteError):
+    """A path that is a FIFO, device, socket, directory (or, unfollowed, a symbolic link): never read."""
+
+    code = "file.not_regular"
+
+
+class FileTooLarge(OrbiteError):
+    """A regular file longer than the reader's limit."""
+
+    code = "file.too_large"
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link"}
+
+
+def file_kind(mode: int) -> str:
+    """'a FIFO', 'a directory', ... for a stat mode (messages)."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_regular_bytes(path, limit: int, dir_fd=None, follow_symlinks: bool = True) -> bytes:
+    """The collection's one bounded reader of an input file: the bytes of a regular file, at most ``limit``.
+
+    A FIFO, device or socket is never opened (stat first), and the open is non-blocking and checked
+    again with fstat, so a file swapped in between never hangs the reader; a file longer than
+    ``limit`` raises FileTooLarge instead of being cut. ``dir_fd``/``follow_symlinks`` as for os.open:
+    with ``follow_symlinks=False`` a symbolic link is NotRegularFile.
+    """
+    shown = os.fsdecode(path)
+    st = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(f"{shown}: is {file_kind(st.st_mode)}, not a regular file")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{shown}: is {file_kind(st.st_mode)}, not a regular file")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise FileTooLarge(f"{shown}: is larger than {limit} bytes")
+    finally:
+        os.close(fd)

@@ -9,6 +9,12 @@ and is not even read). Garbage in a file becomes an entry of ``inventory["errors
 field path, the file, the value and the rule; it never raises. Only a root that cannot be a host
 root raises ``InventoryRootError``.
 
+The tree under ``root`` is input, not trusted: a file or directory whose real path leaves ``root``
+is not read (sysfs is full of links, so links are resolved and their target must stay under
+``root``), only regular files are read (a FIFO or a device is never opened), at most 64 KiB each,
+numbers are ASCII digits of bounded length, directory names that should be numbers are checked,
+and a cpulist may only name CPUs a Linux host can have (``CPU_LIMIT``).
+
 The schema is documented in docs/inventory.md.
 """
 
@@ -17,6 +23,7 @@ import functools
 import json
 import os
 import re
+import stat
 
 try:  # controller side: netaddr (a collection requirement); nodes may not have it
     import netaddr
@@ -28,8 +35,14 @@ except ImportError:  # pragma: no cover - exercised by forcing the fallback in t
 import ipaddress
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int, is_ascii_digits
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    FileTooLarge,
+    NotRegularFile,
+    atomic_write_text,
+    file_kind,
+    read_regular_bytes,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import QUOTE_LIMIT, OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._inventory.verbs import verbs_crosscheck
 
 SCHEMA = "orbite.rdma-inventory"
@@ -39,17 +52,28 @@ GID_TYPES = ("IB/RoCE v1", "RoCE v2")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 
-_NUMBERED = re.compile(r"^(\d+):\s*(\S.*)$")
-_RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec \((\S.*)\)$")
+# Numbers in sysfs text are ASCII digits of bounded length (int() takes other scripts' digits,
+# and refuses more than 4300 of them with a ValueError).
+_NUMBERED = re.compile(r"^([0-9]{1,9}):[ \t]*(\S.*)$", re.ASCII)
+_RATE = re.compile(r"^([0-9]{1,9}(?:\.[0-9]{1,9})?) Gb/sec \((\S.*)\)$", re.ASCII)
+_LID = re.compile(r"^(?:0[xX])?[0-9a-fA-F]{1,8}$", re.ASCII)
 _GUID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){3}$")
 _GID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){7}$")
 _HEX_ID = re.compile(r"^0x[0-9a-fA-F]{4}$")
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})+$")
-_CPULIST = re.compile(r"^(?:\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)?$")
+_CPULIST = re.compile(r"^(?:[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*)?$", re.ASCII)
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _ZERO_GID = ipaddress.IPv6Address(0)
 _FC00 = ipaddress.IPv6Network("fc00::/7")
 _FEC0 = ipaddress.IPv6Network("fec0::/10")
+
+# The most CPUs a Linux host can have: the largest CONFIG_NR_CPUS (x86_64 MAXSMP, powerpc). A cpulist
+# naming a CPU at or past it is garbage, and is refused before any range is expanded.
+CPU_LIMIT = 8192
+# Every file is read whole or not at all: sysfs attributes are at most a page, procfs lines shorter.
+READ_LIMIT = 64 * 1024
+# An error entry quotes at most this much of the value it refuses.
+VALUE_LIMIT = QUOTE_LIMIT
 
 
 class InventoryError(OrbiteError):
@@ -75,14 +99,108 @@ class FieldError(InventoryError):
         self.rule = rule
 
 
-def read_sysfs_file(path):
-    """The one place the reader opens a file: read-only, binary, at most 64 KiB, stripped text.
+class SysfsReadRefused(InventoryError):
+    """A file the reader will not read: outside ``root``, not a regular file, or too large."""
+
+    code = "inventory.read_refused"
+
+
+def read_sysfs_file(path, real_root=os.sep, dirs=None):
+    """The one place the reader opens a file: read-only, regular files under ``real_root``, whole.
+
+    ``path`` may go through links (sysfs class entries are links into sys/devices); the directory
+    holding the file is opened, its real path (from the open descriptor, so it cannot change under
+    us) must be ``real_root`` or under it, and the file is then opened relative to that descriptor
+    without following a link. A file that is itself a link is resolved once and checked the same
+    way. FIFOs, devices and sockets are never opened; a file over READ_LIMIT is refused whole.
+    ``dirs`` (a _Directories) keeps checked directories open across calls. Raises OSError,
+    UnicodeDecodeError or SysfsReadRefused. Returns the stripped text.
 
     Tests replace this function to make a read fail like real sysfs does (EINVAL, ENODEV).
     """
-    with open(path, "rb") as handle:
-        data = handle.read(65536)
-    return data.decode("utf-8").strip()
+    return _read_under(os.fspath(path), real_root, 1, dirs).decode("utf-8").strip()
+
+
+def _read_under(path, real_root, hops, dirs):
+    parent, name = os.path.split(path)
+    if dirs is not None:
+        dir_fd = dirs.open(parent)
+    else:
+        dir_fd = _open_dir(parent, real_root)
+    try:
+        try:
+            return read_regular_bytes(name, READ_LIMIT, dir_fd=dir_fd, follow_symlinks=False)
+        except NotRegularFile:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileTooLarge:
+            raise SysfsReadRefused(f"file larger than {READ_LIMIT} bytes") from None
+    finally:
+        if dirs is None:
+            os.close(dir_fd)
+    if not stat.S_ISLNK(st.st_mode):
+        raise SysfsReadRefused(f"not a regular file ({file_kind(st.st_mode)})")
+    target = os.path.realpath(path)
+    if not _inside(target, real_root):
+        raise SysfsReadRefused("link escapes root")
+    if hops <= 0:  # realpath resolved every link: another one means the tree changed under us
+        raise SysfsReadRefused("link changed while it was read")
+    return _read_under(target, real_root, hops - 1, dirs)
+
+
+def _open_dir(path, real_root):
+    """An open descriptor of directory ``path``, whose real path must be under ``real_root``."""
+    dir_fd = os.open(path or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    if not _inside(_fd_path(dir_fd, path or os.curdir), real_root):
+        os.close(dir_fd)
+        raise SysfsReadRefused("link escapes root")
+    return dir_fd
+
+
+class _Directories:
+    """The last few checked directories, kept open: a GID table reads 3 files in each of 3 dirs per slot."""
+
+    SIZE = 16
+
+    def __init__(self, real_root):
+        self.real_root = real_root
+        self.fds = {}
+
+    def open(self, path):
+        dir_fd = self.fds.get(path)
+        if dir_fd is None:
+            dir_fd = _open_dir(path, self.real_root)
+            if len(self.fds) >= self.SIZE:
+                oldest = next(iter(self.fds))
+                os.close(self.fds.pop(oldest))
+            self.fds[path] = dir_fd
+        return dir_fd
+
+    def close(self):
+        for dir_fd in self.fds.values():
+            os.close(dir_fd)
+        self.fds.clear()
+
+
+_PROC_FD = os.path.join(os.sep, "proc", "self", "fd")
+
+
+def _fd_path(fd, fallback):
+    """Real path of an open directory: from /proc (what was opened), else realpath of its name."""
+    try:
+        return os.readlink(os.path.join(_PROC_FD, str(fd)))
+    except OSError:  # no /proc mounted (a minimal container): resolve the name instead
+        return os.path.realpath(fallback)
+
+
+def _inside(real, real_root):
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def _cut(value):
+    """An error entry's value: the text read, cut to VALUE_LIMIT characters."""
+    if isinstance(value, str) and len(value) > VALUE_LIMIT:
+        return value[: VALUE_LIMIT - 3] + "..."
+    return value
 
 
 # ---------------------------------------------------------------- parsers (pure)
@@ -106,10 +224,9 @@ def parse_rate(text):
 
 
 def parse_lid(text):
-    try:
-        return int(text, 16)
-    except ValueError:
-        raise FieldError(text, "expected a hexadecimal LID like '0x11'") from None
+    if not _LID.match(text):
+        raise FieldError(text, "expected a hexadecimal LID like '0x11'")
+    return int(text, 16)
 
 
 def parse_guid(text):
@@ -152,15 +269,25 @@ def parse_pattern(text, pattern, rule):
 
 
 def parse_cpulist(text):
-    """Validate a kernel cpulist ('0-3,8-11'); returns the CPUs as a sorted list of ints."""
+    """Validate a kernel cpulist ('0-3,8-11'); returns the CPUs as a sorted list of ints.
+
+    Every CPU number must be below CPU_LIMIT, checked before a range is expanded: '0-999999999'
+    is an error, never a billion-element set.
+    """
     if not _CPULIST.match(text):
         raise FieldError(text, "expected a cpulist like '0-3,8-11'")
-    cpus = set()
+    ranges = []
     for part in filter(None, text.split(",")):
         low, _dash, high = part.partition("-")
-        if high and int(high) < int(low):
+        low, high = int(low), int(high or low)
+        if high < low:
             raise FieldError(text, "expected ranges low-high with low <= high")
-        cpus.update(range(int(low), int(high or low) + 1))
+        if high >= CPU_LIMIT:
+            raise FieldError(text, f"expected CPU numbers below {CPU_LIMIT} (the most CPUs a Linux host can have)")
+        ranges.append((low, high))
+    cpus = set()
+    for low, high in ranges:
+        cpus.update(range(low, high + 1))
     return sorted(cpus)
 
 
@@ -227,37 +354,51 @@ def render_inventory(inventory):
     return json.dumps(inventory, indent=2, sort_keys=True) + "\n"
 
 
-def save_inventory(text, path, root="/", dry_run=False):
-    """Write ``text`` to ``path`` atomically (0644); returns True when the file changes.
+# A saved inventory names the host, its addresses and its devices: private to its owner.
+SAVE_MODE = 0o600
 
-    Refuses paths inside sysfs/procfs (of the real host or of ``root``). With ``dry_run`` nothing is
-    written and the return value says whether it would change.
+
+def save_inventory(text, path, root="/", dry_run=False):
+    """Write ``text`` to ``path`` atomically (mode 0600); returns True when the file changes.
+
+    Refuses paths inside sysfs/procfs (of the real host or of ``root``) and an existing ``path`` that
+    is a FIFO, device, socket or directory (never opened); a link there is replaced, not written
+    through. A file with the same text but another mode is rewritten (changed). With ``dry_run``
+    nothing is written and the return value says whether it would change.
     """
     path = os.path.abspath(str(path))
     real = os.path.realpath(path)
     for top in ("sys", "proc"):
         for base in (os.path.realpath(os.path.join(os.sep, top)), os.path.realpath(os.path.join(str(root), top))):
             if real == base or real.startswith(base + os.sep):
-                raise InventorySaveError(f"save_to {path!r}: inside {base}; refusing to write there")
+                raise InventorySaveError(f"save_to {quote(path)}: inside {base}; refusing to write there")
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
-        raise InventorySaveError(f"save_to {path!r}: directory {parent!r} does not exist")
+        raise InventorySaveError(f"save_to {quote(path)}: directory {quote(parent)} does not exist")
     if os.path.isdir(path):
-        raise InventorySaveError(f"save_to {path!r}: is a directory")
+        raise InventorySaveError(f"save_to {quote(path)}: is a directory")
     try:
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == text:
-                return False
+        st = os.lstat(path)
     except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError):
-        pass  # unreadable or binary: it will be replaced
+        st = None
+    except OSError as exc:
+        raise InventorySaveError(f"save_to {quote(path)}: cannot be examined: {exc.strerror or exc}") from None
+    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):  # a link is replaced
+        raise InventorySaveError(
+            f"save_to {quote(path)}: is {file_kind(st.st_mode)}, not a regular file; refusing to replace it"
+        )
+    if st is not None and stat.S_IMODE(st.st_mode) == SAVE_MODE:
+        try:
+            if read_regular_bytes(path, len(text.encode("utf-8")), follow_symlinks=False) == text.encode("utf-8"):
+                return False
+        except (OSError, OrbiteError):
+            pass  # unreadable, longer, or swapped meanwhile: it will be replaced
     if dry_run:
         return True
     try:
-        atomic_write_text(path, text, mode=0o644)
+        atomic_write_text(path, text, mode=SAVE_MODE)
     except OSError as exc:
-        raise InventorySaveError(f"save_to {path!r}: cannot write: {exc.strerror or exc}") from None
+        raise InventorySaveError(f"save_to {quote(path)}: cannot write: {exc.strerror or exc}") from None
     return True
 
 
@@ -265,22 +406,26 @@ class _Reader:
     def __init__(self, root):
         root = str(root)
         if not os.path.isdir(root):
-            raise InventoryRootError(f"root {root!r}: does not exist or is not a directory")
+            raise InventoryRootError(f"root {quote(root)}: does not exist or is not a directory")
         if not any(os.path.isdir(os.path.join(root, top)) for top in ("sys", "proc")):
-            raise InventoryRootError(f"root {root!r}: has neither sys/ nor proc/; not a host root")
+            raise InventoryRootError(f"root {quote(root)}: has neither sys/ nor proc/; not a host root")
         self.root = root
         self.real_root = os.path.realpath(root)
         self.errors = []
+        self.dirs = _Directories(self.real_root)
 
     # -- low level: every access below goes through these
 
     def _error(self, path, rel, value, rule):
-        self.errors.append({"path": path, "file": rel, "value": value, "error": rule})
+        self.errors.append({"path": path, "file": rel, "value": _cut(value), "error": rule})
+
+    def read(self, rel):
+        return read_sysfs_file(os.path.join(self.root, rel), self.real_root, self.dirs)
 
     def text(self, rel, path, optional=False):
         """Text of ``rel`` (relative to root) or None with an error entry (none if ``optional``)."""
         try:
-            return read_sysfs_file(os.path.join(self.root, rel))
+            return self.read(rel)
         except FileNotFoundError:
             if not optional:
                 self._error(path, rel, None, "file missing")
@@ -288,6 +433,8 @@ class _Reader:
             self._error(path, rel, None, "content is not UTF-8 text")
         except OSError as exc:
             self._error(path, rel, None, _os_error(exc))
+        except SysfsReadRefused as exc:
+            self._error(path, rel, None, str(exc))
         return None
 
     def field(self, rel, path, parser, *args, optional=False):
@@ -301,14 +448,37 @@ class _Reader:
             return None
 
     def listdir(self, rel, path, optional=True):
+        """Sorted names in directory ``rel``; a directory whose real path leaves root is not listed."""
         try:
-            return sorted(os.listdir(os.path.join(self.root, rel)))
+            dir_fd = _open_dir(os.path.join(self.root, rel), self.real_root)
         except FileNotFoundError:
             if not optional:
                 self._error(path, rel, None, "directory missing")
+            return []
         except OSError as exc:
             self._error(path, rel, None, _os_error(exc))
-        return []
+            return []
+        except SysfsReadRefused as exc:
+            self._error(path, rel, None, str(exc))
+            return []
+        try:
+            return sorted(os.listdir(dir_fd))
+        except OSError as exc:
+            self._error(path, rel, None, _os_error(exc))
+            return []
+        finally:
+            os.close(dir_fd)
+
+    def numbered(self, rel, path, names, what):
+        """The entries of ``names`` that are numbers (ASCII digits, no leading zero) as ints; every
+        other entry is an error entry: a directory named '²' or '01' is garbage, never a crash."""
+        numbers = []
+        for name in names:
+            if is_ascii_digits(name) and (name == "0" or not name.startswith("0")):
+                numbers.append(int(name))
+            else:
+                self._error(path, f"{rel}/{name}", name, f"expected a {what} number (ASCII digits, no leading zero)")
+        return sorted(numbers)
 
     def link_target(self, rel, path):
         """Real path of a link under root, or None (missing); links escaping root are errors."""
@@ -316,7 +486,7 @@ class _Reader:
         if not os.path.lexists(full):
             return None
         real = os.path.realpath(full)
-        if real != self.real_root and not real.startswith(self.real_root.rstrip(os.sep) + os.sep):
+        if not _inside(real, self.real_root):
             self._error(path, rel, os.readlink(full) if os.path.islink(full) else None, "link escapes root")
             return None
         return real
@@ -324,6 +494,12 @@ class _Reader:
     # -- sections
 
     def run(self):
+        try:
+            return self._run()
+        finally:
+            self.dirs.close()
+
+    def _run(self):
         inventory = {
             "schema": SCHEMA,
             "version": VERSION,
@@ -346,12 +522,12 @@ class _Reader:
 
     def node(self):
         numa = {}
-        for entry in self.listdir("sys/devices/system/node", "node/numa_nodes"):
-            if not re.match(r"^node\d+$", entry):
-                continue
-            node_id = str(int(entry[4:]))
-            rel = f"sys/devices/system/node/{entry}/cpulist"
-            numa[node_id] = {"cpulist": self.field(rel, f"node/numa_nodes/{node_id}/cpulist", _cpulist_text)}
+        top = "sys/devices/system/node"
+        # Besides node<N>, the directory holds has_cpu, online, possible, power, uevent, ...
+        entries = [e[4:] for e in self.listdir(top, "node/numa_nodes") if e.startswith("node")]
+        for number in self.numbered(top + "/node", "node/numa_nodes", entries, "NUMA node"):
+            rel = f"{top}/node{number}/cpulist"
+            numa[str(number)] = {"cpulist": self.field(rel, f"node/numa_nodes/{number}/cpulist", _cpulist_text)}
         return {
             "hostname": self.field("proc/sys/kernel/hostname", "node/hostname", _non_empty),
             "boot_id": self.field(
@@ -435,10 +611,9 @@ class _Reader:
             dev["netdevs"] = [parent] if parent else []
         if dev["uverbs"] is None:
             dev["uverbs"] = verbs_nodes.get(name)
-        for port in self.listdir(base + "/ports", path + "/ports", optional=False):
-            if is_ascii_digits(port):
-                dev["ports"][port] = self.port(f"{base}/ports/{port}", f"{path}/ports/{port}")
-        dev["ports"] = dict(sorted(dev["ports"].items(), key=lambda kv: int(kv[0])))
+        listed = self.listdir(base + "/ports", path + "/ports", optional=False)
+        for port in self.numbered(base + "/ports", path + "/ports", listed, "port"):
+            dev["ports"][str(port)] = self.port(f"{base}/ports/{port}", f"{path}/ports/{port}")
         return dev
 
     def port(self, base, path):
@@ -450,7 +625,7 @@ class _Reader:
             "lid": self.field(base + "/lid", path + "/lid", parse_lid),
         }
         listed = self.listdir(base + "/gids", path + "/gids", optional=False)
-        indexes = sorted(int(i) for i in listed if is_ascii_digits(i))
+        indexes = self.numbered(base + "/gids", path + "/gids", listed, "GID index")
         port["gid_tbl_len"] = len(indexes)
         port["gids_unused"], port["gids"] = self.gid_table(base, path, indexes)
         return port
@@ -483,7 +658,10 @@ class _Reader:
         for attr in ("types", "ndevs"):
             rel = f"{base}/gid_attrs/{attr}/{index}"
             try:
-                values.append(read_sysfs_file(os.path.join(self.root, rel)))
+                values.append(self.read(rel))
+            except SysfsReadRefused as exc:
+                self._error(f"{where}/{attr[:-1]}", rel, None, str(exc))
+                values.append(None)
             except OSError as exc:
                 if exc.errno == errno.EINVAL:
                     return _UNUSED, _UNUSED

@@ -12,6 +12,8 @@ port state number, link layer and the type of each listed GID.
 import importlib
 import os
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import QUOTE_LIMIT, quote
+
 LINK_LAYERS = {1: "InfiniBand", 2: "Ethernet"}  # IBV_LINK_LAYER_* (0 = unspecified)
 GID_TYPES = {0: "IB/RoCE v1", 1: "RoCE v2"}  # ibv_query_gid_type: IBV_GID_TYPE_SYSFS_*
 
@@ -23,15 +25,15 @@ def _skipped(reason):
 def verbs_crosscheck(inventory, root="/", module_name="pyverbs.device"):
     """Compare ``inventory`` with what pyverbs reports; never raises for a missing/failing pyverbs."""
     if os.path.realpath(str(root)) != os.path.sep:
-        return _skipped(f"root {root!r} is not '/': verbs describe the real host, not that tree")
+        return _skipped(f"root {quote(root)} is not '/': verbs describe the real host, not that tree")
     try:
         device_mod = importlib.import_module(module_name)
     except ImportError as exc:
-        return _skipped(f"pyverbs not importable: {exc}")
+        return _skipped(f"pyverbs not importable: {_cut(str(exc))}")
     try:
         listed = device_mod.get_device_list()
     except Exception as exc:  # PyverbsRDMAError and friends: no RDMA subsystem on this host
-        return _skipped(f"pyverbs get_device_list raised {type(exc).__name__}: {exc}")
+        return _skipped(f"pyverbs get_device_list raised {_why(exc)}")
     names = sorted(_text(d.name) for d in listed)
     checker = _Checker(device_mod)
     sysfs = inventory.get("devices") or {}
@@ -52,7 +54,17 @@ def verbs_crosscheck(inventory, root="/", module_name="pyverbs.device"):
 
 
 def _text(value):
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A device name from pyverbs: bytes that are not UTF-8 are shown escaped, never a crash."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _cut(text):
+    return text if len(text) <= QUOTE_LIMIT else text[: QUOTE_LIMIT - 3] + "..."
+
+
+def _why(exc):
+    """'<class>: <message>' of an exception raised by pyverbs, cut to a bounded length."""
+    return _cut(f"{type(exc).__name__}: {exc}")
 
 
 class _Checker:
@@ -73,7 +85,7 @@ class _Checker:
         try:
             ctx = self.device_mod.Context(name=name)
         except Exception as exc:
-            self.mismatch(f"devices/{name}", "present", f"open failed: {type(exc).__name__}: {exc}")
+            self.mismatch(f"devices/{name}", "present", f"open failed: {_why(exc)}")
             return
         try:
             for num, port in (dev.get("ports") or {}).items():
@@ -85,7 +97,7 @@ class _Checker:
         try:
             attr = ctx.query_port(num)
         except Exception as exc:
-            self.mismatch(path, "present", f"query_port failed: {type(exc).__name__}: {exc}")
+            self.mismatch(path, "present", f"query_port failed: {_why(exc)}")
             return
         self.compare(path + "/state", (port.get("state") or {}).get("num"), int(attr.state))
         self.compare(path + "/link_layer", port.get("link_layer"), LINK_LAYERS.get(int(attr.link_layer)))
@@ -94,6 +106,6 @@ class _Checker:
             try:
                 verbs_type = GID_TYPES.get(int(ctx.query_gid_type(num, entry["index"])))
             except Exception as exc:
-                self.mismatch(where, entry.get("type"), f"query_gid_type failed: {type(exc).__name__}: {exc}")
+                self.mismatch(where, entry.get("type"), f"query_gid_type failed: {_why(exc)}")
                 continue
             self.compare(where, entry.get("type"), verbs_type)

@@ -2,15 +2,19 @@
 # Copyright: OrbiTE qualification contributors
 """Start a per-node lock supervisor and talk to it (see docs/supervisor.md).
 
-``start_supervisor(...)`` copies the supervisor program (supervisor_daemon.py with rnic_lock.py and
-node_identity.py) into the private run directory, starts it detached (new session, second fork,
-stdio on a log file) and waits for its ready or failure message on a pipe. ``SupervisorClient``
-speaks the one-line JSON protocol over the run directory's UNIX socket; later modules (runner)
-build on it. Stdlib only, Python >= 3.9.
+``start_supervisor(...)`` copies the supervisor program (daemon.py and the modules it imports)
+into the private run directory, starts it detached (new session, second fork, stdio on a log
+file, an environment of its own) and waits for its ready or failure message on a pipe. Starts on
+one run directory are serialised by the flock of ``start.lock``; the ready message must name the
+run and exactly the locks that were asked for. ``SupervisorClient`` speaks the one-line JSON
+protocol over the run directory's UNIX socket; ``stop`` escalates (SIGTERM, then SIGKILL) when the
+supervisor does not answer. Stdlib only, Python >= 3.9.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
 import os
@@ -23,37 +27,63 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common import names
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._common import errors as _errors_mod
+from ansible_collections.orbite.qualification.plugins.module_utils._common import files as _files_mod
+from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names as _names_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common import numbers as _numbers_mod
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
 from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon as _daemon_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import identity as _identity_mod
+from ansible_collections.orbite.qualification.plugins.module_utils._node import journal as _journal_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
-    LockInputError,
-    ensure_private_dir,
-    validate_rnic_name,
-)
+from ansible_collections.orbite.qualification.plugins.module_utils._node import pinned as _pinned_mod
+from ansible_collections.orbite.qualification.plugins.module_utils._node import tree as _tree_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon import (
     CONFIG_NAME,
     JOURNAL_NAME,
+    LEASE_NAME,
+    LEASE_SCHEMA,
     LOG_NAME,
     MAX_LEASE_S,
     PID_NAME,
+    PROGRAM_NAME,
+    RUN_LOCK_NAME,
     SOCKET_NAME,
+    START_LOCK_NAME,
     RequestError,
+    check_config,
+    end_hung_supervisor,
+    lease_overdue,
     signal_number,
     socket_address,
+    supervisor_answers,
     validate_launch_request,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import IdentityError, read_identity
+from ansible_collections.orbite.qualification.plugins.module_utils._node.journal import last_event
+from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
+    LockInputError,
+    ensure_private_dir,
+    probe_path,
+    validate_rnic_name,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.tree import pid_alive, proc_start_time
 
 LIB_DIR = "lib"
 # The supervisor program outlives the module's temporary directory, so these modules (and their
-# packages) are copied next to it; keep the tuple in step with what daemon.py imports.
-_PROGRAM_MODULES = (_errors_mod, _names_mod, _numbers_mod, _identity_mod, _lock_mod, _daemon_mod)
+# packages) are copied next to it; keep the tuple in step with what daemon.py imports, directly or
+# not (tests/unit/plugins/module_utils/_node/test_supervisor.py checks it).
+_PROGRAM_MODULES = (_errors_mod, _files_mod, _names_mod, _numbers_mod, _identity_mod, _lock_mod, _journal_mod,
+                    _pinned_mod, _tree_mod, _daemon_mod)
 _START_MARGIN_S = 15.0
+# The supervisor's own environment: nothing of the module's (no LD_*, no PYTHON*).
+_SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+STATUS_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 30.0
+TERM_GRACE_S = 5.0
+_MAX_LEASE_RECORD = 1 << 16
 
 
 class SupervisorError(OrbiteError):
@@ -100,7 +130,7 @@ class SupervisorRequestError(SupervisorError):
 
 def validate_run_id(run_id) -> str:
     if not names.is_name(run_id):
-        raise SupervisorInputError(f"run_id {names.quote(run_id)}: must be {names.NAME_RULE}")
+        raise SupervisorInputError(f"run_id {quote(run_id)}: must be {names.NAME_RULE}")
     return run_id
 
 
@@ -115,11 +145,12 @@ def default_lock_dir(root: str) -> str:
 def _number(field: str, value, low: float, high: float, low_open: bool = False) -> float:
     try:
         num = float(value)  # AWX survey answers arrive as strings
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         num = None
     if isinstance(value, bool) or num is None or math.isnan(num) or not low <= num <= high or (low_open and num == low):
         bracket = "(" if low_open else "["
-        raise SupervisorInputError(f"{field} {value!r}: must be a number of seconds in {bracket}{low:g}, {high:g}]")
+        raise SupervisorInputError(
+            f"{field} {quote(value)}: must be a number of seconds in {bracket}{low:g}, {high:g}]")
     return num
 
 
@@ -138,23 +169,43 @@ def check_socket(path: str) -> None:
         )
 
 
+def _flock_held(path: str) -> bool:
+    """True when some process holds a flock on path (probed with a shared non-blocking flock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    return False
+
+
 class SupervisorClient:
     """One request per connection: status, renew, launch, wait, signal, stop."""
 
     def __init__(self, run_dir: str, timeout: float = 10.0):
         if not isinstance(run_dir, str) or not run_dir.startswith("/"):
-            raise SupervisorInputError(f"run_dir {run_dir!r}: must be an absolute path")
+            raise SupervisorInputError(f"run_dir {quote(run_dir)}: must be an absolute path")
         self.run_dir = os.path.normpath(run_dir)
         self.socket_path = os.path.join(self.run_dir, SOCKET_NAME)
         self.journal_path = os.path.join(self.run_dir, JOURNAL_NAME)
         self.timeout = timeout
 
-    def request(self, payload: Dict, timeout: Optional[float] = None) -> Dict:
+    def _check_run_dir(self) -> None:
         if os.path.lexists(self.run_dir):
             try:
                 _lock_mod.check_private_dir(self.run_dir, "run_dir")
             except LockInputError as exc:
                 raise SupervisorSocketError(str(exc)) from None
+
+    def request(self, payload: Dict, timeout: Optional[float] = None) -> Dict:
+        self._check_run_dir()
         check_socket(self.socket_path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout if timeout is None else timeout)
@@ -171,6 +222,8 @@ class SupervisorClient:
                 if not chunk:
                     break
                 data += chunk
+                if len(data) > 64 << 20:
+                    raise SupervisorError(f"supervisor at {self.socket_path}: answer larger than 64 MiB")
         except socket.timeout:
             raise SupervisorError(
                 f"supervisor at {self.socket_path} did not answer {payload.get('op')} in time"
@@ -181,14 +234,21 @@ class SupervisorClient:
             sock.close()
         try:
             resp = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            resp = None
+        if not isinstance(resp, dict):
             raise SupervisorError(
                 f"supervisor at {self.socket_path} closed the connection without an answer to "
                 f"{payload.get('op')} (it may have exited)"
             ) from None
         if not resp.get("ok"):
-            raise SupervisorRequestError(resp.get("msg", "request failed"), resp.get("error", "error"), resp)
+            raise SupervisorRequestError(str(resp.get("msg", "request failed")), str(resp.get("error", "error")), resp)
         return resp
+
+    def alive(self) -> bool:
+        """True while a supervisor holds this run directory (its run lock), answering or not."""
+        self._check_run_dir()
+        return _flock_held(os.path.join(self.run_dir, RUN_LOCK_NAME))
 
     def is_running(self) -> bool:
         try:
@@ -197,8 +257,20 @@ class SupervisorClient:
             return False
         return True
 
-    def status(self) -> Dict:
-        return self.request({"op": "status"})
+    def lease(self) -> Optional[Dict]:
+        """The live supervisor's lease record (pid, start time, lease end, locks), or None."""
+        self._check_run_dir()
+        try:
+            record = json.loads(read_regular_bytes(os.path.join(self.run_dir, LEASE_NAME), _MAX_LEASE_RECORD,
+                                                   follow_symlinks=False).decode("utf-8"))
+        except (OSError, OrbiteError, UnicodeDecodeError, ValueError, RecursionError):
+            return None
+        if not isinstance(record, dict) or record.get("schema") != LEASE_SCHEMA:
+            return None
+        return record
+
+    def status(self, timeout: Optional[float] = None) -> Dict:
+        return self.request({"op": "status"}, timeout=timeout)
 
     def renew(self, lease: Optional[float] = None) -> Dict:
         req: Dict = {"op": "renew"}
@@ -211,14 +283,20 @@ class SupervisorClient:
         argv: List[str],
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
-        ld_preload: Optional[List[str]] = None,
+        ld_preload: Optional[List[Dict[str, str]]] = None,
         stdout_path: Optional[str] = None,
         stderr_path: Optional[str] = None,
+        exe_sha256: Optional[str] = None,
     ) -> Dict:
-        """Start a child; returns {child_id, pid, start_time, ...} (the supervisor's child record)."""
+        """Start a child; returns {child_id, pid, start_time, ...} (the supervisor's child record).
+
+        ``ld_preload`` is a list of {path, sha256}; with ``exe_sha256`` the supervisor also runs
+        argv[0] only from a copy whose hash it checked.
+        """
         req = {
             "op": "launch",
             "argv": argv,
+            "exe_sha256": exe_sha256,
             "env": env or {},
             "cwd": cwd,
             "ld_preload": ld_preload or [],
@@ -261,10 +339,50 @@ class SupervisorClient:
         )
         return resp["child"]
 
-    def stop(self, force: bool = False) -> Dict:
-        resp = self.request({"op": "stop", "force": bool(force)}, timeout=60)
+    def stop(self, force: bool = False, timeout: float = STOP_TIMEOUT_S, escalate: bool = True,
+             term_grace: float = TERM_GRACE_S) -> Dict:
+        """Ask the supervisor to stop; if it does not answer within ``timeout`` (hung, SIGSTOPped),
+        end it: SIGTERM, then SIGKILL after ``term_grace`` (see ``terminate``)."""
+        timeout = _number("stop timeout", timeout, 0, 86400, low_open=True)
+        try:
+            resp = self.request({"op": "stop", "force": bool(force)}, timeout=timeout)
+        except (SupervisorRequestError, SupervisorNotRunning, SupervisorSocketError):
+            raise
+        except SupervisorError as exc:
+            if not escalate or not self.alive():
+                raise
+            return self.terminate(f"no answer to stop: {exc}", term_grace=term_grace)
         resp.pop("ok", None)
         return resp
+
+    def terminate(self, reason: str, term_grace: float = TERM_GRACE_S) -> Dict:
+        """End an unresponsive supervisor of this run directory: check pid and start time from its
+        lease record, SIGTERM, SIGKILL after ``term_grace``; journal it; return a stop summary."""
+        record = self.lease()
+        if record is None:
+            raise SupervisorError(f"supervisor in {self.run_dir} does not answer and has no readable "
+                                  f"{LEASE_NAME}: it cannot be identified, so it is not killed")
+        outcome = end_hung_supervisor(dict(record, run_dir=self.run_dir), reason, self.journal_path,
+                                      by=f"stop (pid {os.getpid()})", signals=(signal.SIGTERM, signal.SIGKILL),
+                                      term_wait=term_grace)
+        if outcome["why_not"] is not None and self.alive():
+            raise SupervisorError(f"supervisor in {self.run_dir} does not answer, and its lease record names "
+                                  f"another process ({outcome['why_not']}): not killed")
+        locks = [lk for lk in record.get("locks") or [] if isinstance(lk, dict) and isinstance(lk.get("path"), str)]
+        released = [{"rnic": lk.get("rnic"), "path": lk["path"]} for lk in locks if probe_path(lk["path"])]
+        last = last_event(self.journal_path) or {}
+        return {
+            "reason": "escalated",
+            "escalation": outcome["signals"],
+            "pid": record.get("pid"),
+            "force": True,
+            "children_killed": [],
+            "children": [],
+            "locks_released": len(released) == len(locks),
+            "released": released,
+            "journal": self.journal_path,
+            "journal_complete": last.get("ev") == "journal_close" or last.get("ev") == "supervisor_killed",
+        }
 
 
 def _module_source(mod) -> str:
@@ -296,7 +414,7 @@ def install_program(run_dir: str) -> str:
             if not os.path.exists(init):
                 _write_private(init, "")
         _write_private(os.path.join(lib, *parts[:-1], parts[-1] + ".py"), _module_source(mod))
-    main = os.path.join(lib, "orbite_supervisor.py")
+    main = os.path.join(lib, PROGRAM_NAME)
     _write_private(
         main,
         "import sys\n"
@@ -343,14 +461,14 @@ def _kill_unready(run_dir: str) -> None:
 def check_start_args(run_id, locks, lease, lock_timeout) -> Dict:
     validate_run_id(run_id)
     if not isinstance(locks, list) or not locks:
-        raise SupervisorInputError(f"locks {locks!r}: must be a non-empty list of RNIC names")
+        raise SupervisorInputError(f"locks {quote(locks)}: must be a non-empty list of RNIC names")
     for name in locks:
         try:
             validate_rnic_name(name)
         except LockInputError as exc:
             raise SupervisorInputError(f"locks: {exc}") from None
     if len(set(locks)) != len(locks):
-        raise SupervisorInputError(f"locks {locks!r}: must not name an RNIC twice")
+        raise SupervisorInputError(f"locks {quote(locks)}: must not name an RNIC twice")
     return {
         "lease": _number("lease", lease, 0, MAX_LEASE_S, low_open=True),
         "lock_timeout": _number("lock_timeout", lock_timeout, 0, 3600),
@@ -372,6 +490,79 @@ def start_supervisor(run_dir: str, run_id: str, locks: List[str], lock_dir: str,
                                    "os_error", {}) from None
 
 
+class _StartLock:
+    """The run directory's start flock: one starter at a time, from its first check to the ready message."""
+
+    def __init__(self, run_dir: str, timeout: float):
+        self.path = os.path.join(run_dir, START_LOCK_NAME)
+        self.timeout = timeout
+        self.fd = -1
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            if time.monotonic() >= deadline:
+                os.close(self.fd)
+                self.fd = -1
+                raise SupervisorStartError(f"another start in {os.path.dirname(self.path)} did not finish within "
+                                           f"{self.timeout:.0f} s", "start_busy", {})
+            time.sleep(0.01)
+
+    def __exit__(self, *_exc):
+        if self.fd >= 0:
+            os.close(self.fd)  # drops the flock
+            self.fd = -1
+
+
+def _check_running(client: SupervisorClient, root: str) -> None:
+    """Under the start lock: raise AlreadyRunning if a supervisor serves this run directory; end a
+    hung one whose lease ran out (plus grace); refuse to start over one whose lease still runs."""
+    if not client.alive():
+        return
+    record = client.lease()
+    try:
+        boot_id = read_identity(root)["boot_id"]
+    except IdentityError:
+        boot_id = None
+    # A supervisor ends itself when its lease runs out; one that still holds the run directory a
+    # grace period later is hung, whether it would answer or not.
+    if lease_overdue(record, boot_id) is None:
+        try:
+            status = client.status(timeout=STATUS_TIMEOUT_S)
+        except SupervisorSocketError:
+            raise
+        except SupervisorError:  # no answer, no socket, a broken answer: it holds the run but does not serve
+            status = None
+        if status is not None:
+            raise SupervisorAlreadyRunning(
+                f"a supervisor (pid {status.get('pid')}, run {status.get('run_id')}) already runs in "
+                f"{client.run_dir}", status,
+            )
+        left = ""
+        if record is not None and isinstance(record.get("lease_expires"), (int, float)):
+            left = f"; its lease ends in {max(0.0, record['lease_expires'] - _daemon_mod.boottime()):.0f} s"
+        raise SupervisorStartError(f"a supervisor holds {client.run_dir} but does not answer{left}; it is killed "
+                                   "once its lease has run out", "unresponsive", {"lease": record})
+    if supervisor_answers(client.run_dir):  # serving after all: its lease record is stale, it is not hung
+        status = client.status(timeout=STATUS_TIMEOUT_S)
+        raise SupervisorAlreadyRunning(
+            f"a supervisor (pid {status.get('pid')}, run {status.get('run_id')}) already runs in {client.run_dir}",
+            status,
+        )
+    outcome = end_hung_supervisor(dict(record, run_dir=client.run_dir), "lease expired; a new start took over",
+                                  client.journal_path, by=f"start (pid {os.getpid()})")
+    if client.alive():
+        raise SupervisorStartError(f"the hung supervisor of {client.run_dir} could not be ended "
+                                   f"({outcome['why_not'] or 'still alive'})", "unresponsive", {"lease": record})
+
+
 def _start_supervisor(
     run_dir: str,
     run_id: str,
@@ -388,40 +579,52 @@ def _start_supervisor(
     nums = check_start_args(run_id, locks, lease, lock_timeout)
     for field, value in (("root", root), ("run_dir", run_dir), ("lock_dir", lock_dir)):
         if not isinstance(value, str) or not value.startswith("/"):
-            raise SupervisorInputError(f"{field} {value!r}: must be an absolute path")
+            raise SupervisorInputError(f"{field} {quote(value)}: must be an absolute path")
+    cfg = {
+        "run_dir": os.path.normpath(run_dir),
+        "run_id": run_id,
+        "locks": list(locks),
+        "lock_dir": os.path.normpath(lock_dir),
+        "root": root,
+        "hostname": hostname,
+        "boot_id": boot_id.lower() if isinstance(boot_id, str) and boot_id else None,
+        "controller": controller,
+        "lease": nums["lease"],
+        "lock_timeout": nums["lock_timeout"],
+        "previous_journal": None,
+    }
+    problem = check_config(cfg)  # the rules the supervisor applies to its configuration
+    if problem is not None:
+        raise SupervisorInputError(problem)
     try:
         lock_dir = ensure_private_dir(lock_dir, "lock_dir")
         run_dir = ensure_private_dir(run_dir, "run_dir")
     except LockInputError as exc:
         raise SupervisorInputError(str(exc)) from None
     client = SupervisorClient(run_dir)
-    if os.path.lexists(client.socket_path):
-        check_socket(client.socket_path)
-        try:
-            status = client.status()
-        except SupervisorNotRunning:
-            os.unlink(client.socket_path)  # its supervisor died; nobody listens
-        else:
-            raise SupervisorAlreadyRunning(
-                f"a supervisor (pid {status['pid']}, run {status['run_id']}) already runs in {run_dir}", status
-            )
-    previous = _rotate_journal(run_dir)
-    main = install_program(run_dir)
-    cfg = {
-        "run_dir": run_dir,
-        "run_id": run_id,
-        "locks": list(locks),
-        "lock_dir": lock_dir,
-        "root": root,
-        "hostname": hostname,
-        "boot_id": boot_id.lower() if boot_id else None,
-        "controller": controller,
-        "lease": nums["lease"],
-        "lock_timeout": nums["lock_timeout"],
-        "previous_journal": previous,
-    }
-    cfg_path = os.path.join(run_dir, CONFIG_NAME)
-    _write_private(cfg_path, json.dumps(cfg, indent=1) + "\n")
+    start_window = nums["lock_timeout"] * len(locks) + _START_MARGIN_S
+    with _StartLock(run_dir, start_window + STATUS_TIMEOUT_S):
+        _check_running(client, root)
+        if os.path.lexists(client.socket_path):
+            check_socket(client.socket_path)
+            os.unlink(client.socket_path)  # nobody holds the run lock: its supervisor died
+        cfg["previous_journal"] = _rotate_journal(run_dir)
+        main = install_program(run_dir)
+        cfg_path = os.path.join(run_dir, CONFIG_NAME)
+        _write_private(cfg_path, json.dumps(cfg, indent=1) + "\n")
+        msg = _spawn_and_wait(run_dir, cfg_path, main, python, start_window)
+    if not msg.get("ok"):
+        raise SupervisorStartError(str(msg.get("msg", "supervisor failed to start")), str(msg.get("error", "error")),
+                                   msg)
+    got = sorted(lk.get("rnic") for lk in msg.get("locks") or [] if isinstance(lk, dict))
+    if msg.get("run_id") != run_id or got != sorted(locks):
+        # Cannot happen with the start lock and the run lock; never report "ready" for other locks.
+        raise SupervisorStartError(f"the supervisor in {run_dir} reported ready for run {quote(msg.get('run_id'))} "
+                                   f"holding {got}, not run {run_id} holding {sorted(locks)}", "ready_mismatch", msg)
+    return msg
+
+
+def _spawn_and_wait(run_dir: str, cfg_path: str, main: str, python: Optional[str], window: float) -> Dict:
     read_fd, write_fd = os.pipe()
     try:
         log_fd = os.open(
@@ -430,12 +633,13 @@ def _start_supervisor(
             0o600,
         )
         try:
-            first = subprocess.Popen(  # argv list; -E -s: no PYTHON* env, no user site
+            first = subprocess.Popen(  # argv list; -E -s: no PYTHON* env, no user site; an env of its own
                 [python or sys.executable, "-E", "-s", "-B", main, "--config", cfg_path, "--ready-fd", str(write_fd)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
                 cwd=run_dir,
+                env=dict(_SUPERVISOR_ENV),
                 pass_fds=(write_fd,),
                 start_new_session=True,
                 close_fds=True,
@@ -445,7 +649,7 @@ def _start_supervisor(
         os.close(write_fd)
         write_fd = -1
         first.wait(30)  # exits right after the second fork
-        deadline = time.monotonic() + nums["lock_timeout"] * len(locks) + _START_MARGIN_S
+        deadline = time.monotonic() + window
         data = b""
         while not data.endswith(b"\n"):
             left = deadline - time.monotonic()
@@ -467,9 +671,27 @@ def _start_supervisor(
     try:
         msg = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
+        msg = None
+    if not isinstance(msg, dict):
         raise SupervisorStartError(
             f"supervisor in {run_dir} exited without a ready message{_log_tail(run_dir)}", "start_crashed", {}
-        ) from None
-    if not msg.get("ok"):
-        raise SupervisorStartError(msg.get("msg", "supervisor failed to start"), msg.get("error", "error"), msg)
+        )
     return msg
+
+
+__all__ = (
+    "SupervisorAlreadyRunning",
+    "SupervisorClient",
+    "SupervisorError",
+    "SupervisorInputError",
+    "SupervisorNotRunning",
+    "SupervisorRequestError",
+    "SupervisorSocketError",
+    "SupervisorStartError",
+    "check_start_args",
+    "default_lock_dir",
+    "default_run_dir",
+    "pid_alive",
+    "proc_start_time",
+    "start_supervisor",
+)

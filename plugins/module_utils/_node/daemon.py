@@ -1,25 +1,28 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""The per-node lock supervisor process (see docs/supervisor.md).
+"""The per-node lock supervisor process (see docs/supervisor.md and docs/security.md).
 
-The node_supervisor module copies this file, rnic_lock.py and node_identity.py into the private
-run directory and starts them there, because the module's own temporary directory is removed when
-the module returns while the supervisor must keep running. Stdlib only, Python >= 3.9.
+The node_supervisor module copies this package's modules into the private run directory and
+starts them there, because the module's own temporary directory is removed when the module
+returns while the supervisor must keep running. Stdlib only, Python >= 3.9.
 
-One supervisor per run and node: it takes one flock per RNIC, rechecks the node identity inside
-the locks, then serves a UNIX socket (one JSON request line, one JSON response line per
-connection) to launch, wait for and signal its children, renew its lease and stop. Everything it
-does is appended to a JSON-lines journal, flushed per event.
+One supervisor per run directory (it holds the flock of ``supervisor.lock`` for its whole life)
+and node: it checks its configuration with the same rules as the client, takes one flock per
+RNIC, rechecks the node identity inside the locks, then serves a UNIX socket (one JSON request
+line, one JSON response line per connection) to launch, wait for and signal its children, renew
+its lease and stop. Everything it does is appended to a JSON-lines journal (journal.py).
 
-The shared request rules (validate_launch_request, ...) live here too, so that the client checks
-exactly what the supervisor will check.
+The shared request rules (validate_launch_request, check_config, ...) live here too, so that the
+client checks exactly what the supervisor will check.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
+import errno
+import fcntl
 import json
+import math
 import os
 import re
 import selectors
@@ -27,41 +30,81 @@ import signal
 import socket
 import stat
 import struct
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common import names
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
 from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import (
     IdentityError,
     identity_mismatches,
     read_identity,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.journal import (
+    Journal,
+    JournalError,
+    append_event,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
     LockError,
     LockTimeout,
     acquire,
     iso_time,
+    read_owner,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import (
+    PinError,
+    PinMismatch,
+    is_sha256,
+    pin_file,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.tree import (
+    exit_code_of,
+    pid_alive,
+    proc_start_time,
+    spawn_tree,
+    verify_process,
+    wait_gone,
 )
 
-JOURNAL_SCHEMA = "orbite.supervisor-journal"
-JOURNAL_VERSION = 1
-PROTOCOL_VERSION = 1
+__all__ = ("main", "proc_start_time", "signal_number", "validate_launch_request")
+
+PROTOCOL_VERSION = 2
 SOCKET_NAME = "control.sock"
 JOURNAL_NAME = "journal.jsonl"
 PID_NAME = "supervisor.pid"
 LOG_NAME = "supervisor.log"
 CONFIG_NAME = "config.json"
-# Never passed to a child: it turns a destroy EIO into success and would hide the fault under test.
-STRIPPED_ENV = ("RDMAV_ALLOW_DISASSOC_DESTROY",)
+RUN_LOCK_NAME = "supervisor.lock"  # flocked by the live supervisor, for its whole life
+START_LOCK_NAME = "start.lock"  # flocked by a starter, from its first check to the ready message
+LEASE_NAME = "lease.json"
+LEASE_SCHEMA = "orbite.supervisor-lease"
+PROGRAM_NAME = "orbite_supervisor.py"
+# The child's environment is an allowlist: these names, and names with these prefixes. Everything
+# else (LD_AUDIT, LD_LIBRARY_PATH, an LD_PRELOAD of the caller's, every RDMAV_*, GCONV_PATH,
+# PYTHONPATH, ...) is dropped and listed in env_stripped and the journal.
+ENV_ALLOWED = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "LOGNAME",
+               "RUST_LOG", "RUST_BACKTRACE")
+ENV_ALLOWED_PREFIXES = ("ORBITE_", "LC_")
 MAX_REQUEST_BYTES = 1 << 20
 MAX_LEASE_S = 7 * 24 * 3600
+MAX_LOCKS = 64
+MAX_ARGV = 4096
 KILL_REAP_TIMEOUT_S = 10.0
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CHILD_ID_RE = re.compile(r"^c[1-9][0-9]{0,8}$")
+# A holder whose lease ran out this long ago without releasing is hung: the next start kills it.
+LEASE_GRACE_S = 3.0
+ENFORCE_POLL_S = 0.1
+ANSWER_PROBE_S = 2.0
+IDLE_CONNECTION_S = 10.0
+MAX_IDLE_CONNECTIONS = 32
+ACCEPT_PAUSE_S = 0.1
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+_CHILD_ID_RE = re.compile(r"c[1-9][0-9]{0,8}", re.ASCII)
+_BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
 OPS = ("status", "renew", "launch", "wait", "signal", "stop")
 _SUN_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes; keep a margin
 
@@ -81,33 +124,29 @@ class RequestError(OrbiteError):
 # Shared helpers (used by the client too)
 
 
-def proc_start_time(pid: int) -> int:
-    """Start time of pid in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        data = handle.read()
-    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
-    rest = data[data.rindex(b")") + 2 :].split()
-    return int(rest[19])
+def boottime() -> float:
+    """Seconds since boot, suspend included: the clock of leases (comparable across processes)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def signal_number(value) -> int:
     """Accept 9, "9", "KILL" or "SIGKILL"; raise RequestError otherwise."""
     if isinstance(value, bool):
-        raise RequestError("bad_request", f"signal {value!r}: must be a signal number or name")
+        raise RequestError("bad_request", f"signal {quote(value)}: must be a signal number or name")
     if isinstance(value, int) or ascii_int(value) is not None:
         num = value if isinstance(value, int) else ascii_int(value)
         valid = {int(s) for s in signal.valid_signals()}
         if num not in valid or num == 0:
-            raise RequestError("bad_request", f"signal {value!r}: not a valid signal number")
+            raise RequestError("bad_request", f"signal {quote(value)}: not a valid signal number")
         return num
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 16:
         name = value.upper()
         if not name.startswith("SIG"):
             name = "SIG" + name
         sig = getattr(signal.Signals, name, None) if name in signal.Signals.__members__ else None
         if sig is not None:
             return int(sig)
-    raise RequestError("bad_request", f"signal {value!r}: must be a signal number or name such as SIGKILL")
+    raise RequestError("bad_request", f"signal {quote(value)}: must be a signal number or name such as SIGKILL")
 
 
 def signal_name(num: Optional[int]) -> Optional[str]:
@@ -120,50 +159,70 @@ def signal_name(num: Optional[int]) -> Optional[str]:
 
 
 def _abs_path(field: str, value, must_exist: Optional[str] = None) -> str:
-    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
-        raise RequestError("bad_request", f"{field} {value!r}: must be an absolute path")
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value or len(value) > 4096:
+        raise RequestError("bad_request", f"{field} {quote(value)}: must be an absolute path")
     if must_exist == "dir" and not os.path.isdir(value):
-        raise RequestError("bad_request", f"{field} {value}: must be an existing directory")
+        raise RequestError("bad_request", f"{field} {quote(value)}: must be an existing directory")
     if must_exist == "parent" and not os.path.isdir(os.path.dirname(value) or "/"):
-        raise RequestError("bad_request", f"{field} {value}: its directory must exist")
+        raise RequestError("bad_request", f"{field} {quote(value)}: its directory must exist")
     return value
+
+
+def env_allowed(key: str) -> bool:
+    return key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)
+
+
+def split_env(env: Dict[str, str]) -> Tuple[Dict[str, str], List[str]]:
+    """(the child's environment, the sorted names dropped from the request's env)."""
+    kept = {k: v for k, v in env.items() if env_allowed(k)}
+    return kept, sorted(k for k in env if k not in kept)
 
 
 def validate_launch_request(req: Dict) -> Dict:
     """Normalise and check a launch request; argv is a list (never a shell string)."""
     argv = req.get("argv")
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        raise RequestError("bad_request", f"argv {argv!r}: must be a non-empty list of strings")
+    if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGV or not all(isinstance(a, str) for a in argv):
+        raise RequestError("bad_request", f"argv {quote(argv)}: must be a non-empty list of strings")
     for i, arg in enumerate(argv):
         if "\0" in arg:
-            raise RequestError("bad_request", f"argv[{i}] {arg!r}: must not contain NUL")
+            raise RequestError("bad_request", f"argv[{i}] {quote(arg)}: must not contain NUL")
     exe = argv[0]
     if not exe.startswith("/") or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
-        raise RequestError("bad_request", f"argv[0] {exe!r}: must be the absolute path of an executable file")
+        raise RequestError("bad_request", f"argv[0] {quote(exe)}: must be the absolute path of an executable file")
+    exe_sha256 = req.get("exe_sha256")
+    if exe_sha256 is not None and not is_sha256(exe_sha256):
+        raise RequestError("bad_request", f"exe_sha256 {quote(exe_sha256)}: must be 64 lowercase hex digits")
     env = req.get("env") or {}
     if not isinstance(env, dict):
-        raise RequestError("bad_request", f"env {env!r}: must be a mapping of names to strings")
+        raise RequestError("bad_request", f"env {quote(env)}: must be a mapping of names to strings")
     for key, val in env.items():
-        if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
-            raise RequestError("bad_request", f"env key {key!r}: must match {_ENV_KEY_RE.pattern}")
+        if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
+            raise RequestError("bad_request", f"env key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
         if not isinstance(val, str) or "\0" in val:
-            raise RequestError("bad_request", f"env[{key}] {val!r}: must be a string without NUL")
-        if key == "LD_PRELOAD":
-            raise RequestError("bad_request", "env[LD_PRELOAD]: not allowed; use the ld_preload list")
+            raise RequestError("bad_request", f"env[{key}] {quote(val)}: must be a string without NUL")
     preload = req.get("ld_preload") or []
     if not isinstance(preload, list):
-        raise RequestError("bad_request", f"ld_preload {preload!r}: must be a list of paths")
-    for i, lib in enumerate(preload):
+        raise RequestError("bad_request", f"ld_preload {quote(preload)}: must be a list of {{path, sha256}}")
+    libraries = []
+    for i, entry in enumerate(preload):
         field = f"ld_preload[{i}]"
-        _abs_path(field, lib)
+        if not isinstance(entry, dict) or set(entry) != {"path", "sha256"}:
+            raise RequestError("bad_request", f"{field} {quote(entry)}: must be {{path, sha256}} "
+                                              "(only hash-pinned libraries are preloaded)")
+        lib = _abs_path(f"{field}.path", entry["path"])
         if any(c in lib for c in " \t\n:"):
-            raise RequestError("bad_request", f"{field} {lib!r}: must not contain spaces or colons")
+            raise RequestError("bad_request", f"{field}.path {quote(lib)}: must not contain spaces or colons")
+        if not is_sha256(entry["sha256"]):
+            raise RequestError("bad_request", f"{field}.sha256 {quote(entry['sha256'])}: must be 64 lowercase hex "
+                                              "digits")
         try:
             st = os.lstat(lib)
         except OSError:
             st = None
         if st is None or not stat.S_ISREG(st.st_mode):
-            raise RequestError("bad_request", f"{field} {lib}: must be an existing regular file (not a symlink)")
+            raise RequestError("bad_request",
+                               f"{field}.path {quote(lib)}: must be an existing regular file (not a symlink)")
+        libraries.append({"path": lib, "sha256": entry["sha256"]})
     cwd = req.get("cwd")
     if cwd is not None:
         _abs_path("cwd", cwd, must_exist="dir")
@@ -173,7 +232,136 @@ def validate_launch_request(req: Dict) -> Dict:
         if val is not None:
             _abs_path(field, val, must_exist="parent")
         out[field] = val
-    return {"argv": list(argv), "env": dict(env), "ld_preload": list(preload), "cwd": cwd, **out}
+    return {"argv": list(argv), "exe_sha256": exe_sha256, "env": dict(env), "ld_preload": libraries, "cwd": cwd,
+            **out}
+
+
+def _number_ok(value, low: float, high: float, low_open: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    return (low < value if low_open else low <= value) and value <= high
+
+
+def check_config(cfg) -> Optional[str]:
+    """None when the supervisor's start configuration is valid, else the first rule it breaks.
+
+    The client checks its arguments with the same rules before it writes the configuration; the
+    supervisor checks the file again, so a configuration nobody checked is never acted upon.
+    """
+    if not isinstance(cfg, dict):
+        return f"configuration {quote(cfg)}: must be a JSON object"
+    if not names.is_name(cfg.get("run_id")):
+        return f"run_id {quote(cfg.get('run_id'))}: must be {names.NAME_RULE}"
+    locks = cfg.get("locks")
+    if not isinstance(locks, list) or not 0 < len(locks) <= MAX_LOCKS:
+        return f"locks {quote(locks)}: must be a list of 1..{MAX_LOCKS} RNIC names"
+    for index, name in enumerate(locks):
+        if not names.is_name(name):
+            return f"locks[{index}] {quote(name)}: must be {names.NAME_RULE}"
+    if len(set(locks)) != len(locks):
+        return f"locks {quote(locks)}: must not name an RNIC twice"
+    for field in ("run_dir", "lock_dir", "root"):
+        value = cfg.get(field)
+        if not isinstance(value, str) or not value.startswith("/") or "\0" in value or len(value) > 4096:
+            return f"{field} {quote(value)}: must be an absolute path"
+    if not _number_ok(cfg.get("lease"), 0, MAX_LEASE_S, low_open=True):
+        return f"lease {quote(cfg.get('lease'))}: must be a number of seconds in (0, {MAX_LEASE_S}]"
+    if not _number_ok(cfg.get("lock_timeout"), 0, 3600):
+        return f"lock_timeout {quote(cfg.get('lock_timeout'))}: must be a number of seconds in [0, 3600]"
+    hostname = cfg.get("hostname")
+    if hostname is not None and not names.is_hostname(hostname):
+        return f"hostname {quote(hostname)}: must be {names.HOSTNAME_RULE}"
+    boot_id = cfg.get("boot_id")
+    if boot_id is not None and not (isinstance(boot_id, str) and _BOOT_ID_RE.fullmatch(boot_id)):
+        return f"boot_id {quote(boot_id)}: must be a lower-case UUID"
+    controller = cfg.get("controller")
+    if controller is not None and not (names.is_name(controller) or names.is_hostname(controller)):
+        return f"controller {quote(controller)}: must be {names.NAME_RULE}, or a host name"
+    previous = cfg.get("previous_journal")
+    if previous is not None and not (isinstance(previous, str) and previous.startswith("/")):
+        return f"previous_journal {quote(previous)}: must be an absolute path or null"
+    return None
+
+
+def lease_overdue(record, boot_id: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds past lease end + grace for a lock owner or lease record of this boot; None otherwise."""
+    if not isinstance(record, dict) or record.get("state", "held") != "held":
+        return None
+    expires = record.get("lease_expires")
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)):
+        return None
+    if boot_id is not None and record.get("boot_id") != boot_id:
+        return None  # another boot's record: its boottime clock is not ours
+    overdue = (boottime() if now is None else now) - (expires + LEASE_GRACE_S)
+    return overdue if overdue > 0 else None
+
+
+def supervisor_answers(run_dir, timeout: float = ANSWER_PROBE_S) -> bool:
+    """True when a supervisor answers a status request on run_dir's socket within ``timeout``.
+
+    Before a holder is killed for an overdue lease it gets this last chance: a supervisor that
+    answers is alive and serving (its lease record may be stale because a disk was full).
+    """
+    if not isinstance(run_dir, str) or not run_dir.startswith("/"):
+        return False
+    path = os.path.join(run_dir, SOCKET_NAME)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        with socket_address(path) as address:
+            sock.connect(address)
+        sock.sendall(b'{"op": "status"}\n')
+        data = b""
+        while not data.endswith(b"\n") and len(data) < MAX_REQUEST_BYTES:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        answer = json.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    finally:
+        sock.close()
+    return isinstance(answer, dict) and answer.get("ok") is True
+
+
+def program_marker(run_dir: str) -> bytes:
+    """What a supervisor of ``run_dir`` has in its command line (its copied program's path)."""
+    return os.path.join(run_dir, "lib", PROGRAM_NAME).encode()
+
+
+def end_hung_supervisor(record: Dict, reason: str, journal_path: Optional[str], by: str,
+                        signals=(signal.SIGKILL,), term_wait: float = 0.0) -> Dict:
+    """Kill a supervisor named by a lock owner or lease record, after checking pid, start time and
+    program; append what was done to its journal. Returns {"killed", "signals", "why_not", "event"}."""
+    pid, start, run_dir = record.get("pid"), record.get("start_time"), record.get("run_dir")
+    marker = program_marker(run_dir) if isinstance(run_dir, str) else PROGRAM_NAME.encode()
+    why_not = verify_process(pid, start, marker)
+    sent: List[str] = []
+    if why_not is None:
+        for index, signum in enumerate(signals):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                break
+            sent.append(signal_name(int(signum)))
+            last = index == len(signals) - 1
+            if wait_gone(pid, KILL_REAP_TIMEOUT_S if last else term_wait):
+                break
+    event = None
+    if sent and journal_path and os.path.isfile(journal_path):
+        try:
+            event = append_event(journal_path, "supervisor_killed", pid=pid, start_time=start, signals=sent,
+                                 reason=reason, by=by, run_id=record.get("run_id"))
+        except (OSError, JournalError):
+            event = None
+    return {"killed": bool(sent) and not pid_alive(pid), "signals": sent, "why_not": why_not, "event": event}
 
 
 @contextmanager
@@ -193,48 +381,12 @@ def socket_address(path: str):
 # The supervisor
 
 
-class Journal:
-    """Append-only JSON lines, one flush per event; the first line carries schema and version."""
-
-    def __init__(self, path: str, header: Dict):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        self.path = path
-        self.handle = os.fdopen(fd, "a", encoding="utf-8")
-        self.seq = 0
-        first = {"schema": JOURNAL_SCHEMA, "version": JOURNAL_VERSION}
-        first.update(header)
-        self.event("journal_open", **first)
-
-    def event(self, ev: str, **fields) -> Dict:
-        now = time.time()
-        rec = {"seq": self.seq, "ev": ev, "t": round(now, 6), "time": iso_time(now)}
-        rec.update(fields)
-        self.seq += 1
-        if self.handle is not None:
-            self.handle.write(json.dumps(rec, sort_keys=False) + "\n")
-            self.handle.flush()
-        return rec
-
-    def close(self, **fields) -> None:
-        self.event("journal_close", **fields)
-        self.handle.close()
-        self.handle = None
-
-
 class Child:
-    def __init__(
-        self,
-        child_id: str,
-        popen: subprocess.Popen,
-        start_time: int,
-        spec: Dict,
-        *,
-        env_keys: List[str],
-        stripped: List[str],
-    ):
+    def __init__(self, child_id: str, keeper: int, pid: int, start_time: int, spec: Dict, *,
+                 env_keys: List[str], stripped: List[str]):
         self.child_id = child_id
-        self.popen = popen
-        self.pid = popen.pid
+        self.keeper = keeper  # the tree's keeper (our direct child); its exit status is the runner's
+        self.pid = pid  # the runner
         self.start_time = start_time
         self.spec = spec
         self.env_keys = env_keys
@@ -258,17 +410,6 @@ class Child:
         }
 
 
-def _child_setup():  # runs in the child between fork and exec
-    # Die with the supervisor even if it is SIGKILLed (PR_SET_PDEATHSIG = 1).
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError, ImportError):
-        pass
-    if os.getppid() == 1:
-        os._exit(127)
-
-
 class Pending:
     def __init__(self, conn: socket.socket, child: Child, deadline: float, op: str, extra: Dict):
         self.conn = conn
@@ -285,26 +426,34 @@ class Supervisor:
         self.run_dir = cfg["run_dir"]
         self.socket_path = os.path.join(self.run_dir, SOCKET_NAME)
         self.journal_path = os.path.join(self.run_dir, JOURNAL_NAME)
+        self.lease_path = os.path.join(self.run_dir, LEASE_NAME)
         self.locks = []
         self.released: List[Dict] = []
         self.children: Dict[str, Child] = {}
         self.next_child = 1
         self.lease = float(cfg["lease"])
-        self.lease_deadline = time.monotonic() + self.lease
+        self.lease_deadline = boottime() + self.lease
         self.pending: List[Pending] = []
         self.buffers: Dict[socket.socket, bytearray] = {}
+        self.accepted_at: Dict[socket.socket, float] = {}
         self.listener: Optional[socket.socket] = None
+        self.accept_paused_until = 0.0
+        self.accept_errors = 0
         self.sel = selectors.DefaultSelector()
         self.stop_reason: Optional[str] = None
         self.stop_summary: Optional[Dict] = None
         self.identity: Optional[Dict] = None
+        self.boot_id: Optional[str] = None
+        self.pid = os.getpid()
+        self.start_time = proc_start_time(self.pid)
         self.started_at = iso_time(time.time())
+        self.next_enforce_check = 0.0
         self.journal = Journal(
             self.journal_path,
             {
                 "run_id": cfg["run_id"],
                 "controller": cfg.get("controller"),
-                "pid": os.getpid(),
+                "pid": self.pid,
                 "previous_journal": cfg.get("previous_journal"),
             },
         )
@@ -312,21 +461,35 @@ class Supervisor:
     # -- start-up ------------------------------------------------------------------------------
 
     def _tell_launcher(self, msg: Dict) -> None:
-        if self.ready_fd < 0:
-            return
-        try:
-            os.write(self.ready_fd, (json.dumps(msg) + "\n").encode())
-        except OSError:
-            pass
-        os.close(self.ready_fd)
+        _tell(self.ready_fd, msg)
         self.ready_fd = -1
 
     def _fail_start(self, code: str, msg: str, **extra) -> int:
-        self.journal.event("start_failed", error=code, msg=msg, **extra)
+        self.journal.note("start_failed", error=code, msg=msg, **extra)
         self._release_locks()
         self.journal.close(reason="start_failed", children=0, locks_released=all(not lk.held for lk in self.locks))
         self._tell_launcher(dict(ok=False, error=code, msg=msg, journal=self.journal_path, **extra))
         return 1
+
+    def _lease_fields(self) -> Dict:
+        return {
+            "lease_s": self.lease,
+            "lease_expires": round(self.lease_deadline, 3),
+            "lease_expires_at": iso_time(time.time() + max(0.0, self.lease_deadline - boottime())),
+        }
+
+    def _publish_lease(self) -> None:
+        """The lease end in every lock record and in lease.json: what the next start or stop trusts."""
+        fields = self._lease_fields()
+        for lock in self.locks:
+            if lock.held:
+                lock.update(**fields)
+        record = {
+            "schema": LEASE_SCHEMA, "version": 1, "pid": self.pid, "start_time": self.start_time,
+            "run_id": self.cfg["run_id"], "run_dir": self.run_dir, "boot_id": self.boot_id,
+            "locks": [{"rnic": lk.rnic, "path": lk.path} for lk in self.locks if lk.held], **fields,
+        }
+        atomic_write_json(self.lease_path, record)
 
     def start(self) -> int:
         cfg = self.cfg
@@ -346,8 +509,9 @@ class Supervisor:
         try:
             before = read_identity(cfg["root"])
         except IdentityError as exc:
-            self.journal.event("identity_check", stage="before_locks", ok=False, error=str(exc))
+            self.journal.note("identity_check", stage="before_locks", ok=False, error=str(exc))
             return self._fail_start("identity_error", str(exc))
+        self.boot_id = before["boot_id"]
         expected = {
             "hostname": cfg.get("hostname") or before["hostname"],
             "boot_id": cfg.get("boot_id") or before["boot_id"],
@@ -355,16 +519,20 @@ class Supervisor:
         owner = {
             "run_id": cfg["run_id"],
             "controller": cfg.get("controller"),
-            "pid": os.getpid(),
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "run_dir": self.run_dir,
             "hostname": before["hostname"],
             "boot_id": before["boot_id"],
+            **self._lease_fields(),
         }
         # Sorted order: two supervisors wanting overlapping sets cannot deadlock each other.
         for rnic in sorted(cfg["locks"]):
             try:
-                lock = acquire(cfg["lock_dir"], rnic, owner, timeout=float(cfg["lock_timeout"]))
+                lock = acquire(cfg["lock_dir"], rnic, owner, timeout=float(cfg["lock_timeout"]),
+                               on_busy=lambda path, rnic=rnic: self._enforce_lease(rnic, path))
             except LockTimeout as exc:
-                self.journal.event(
+                self.journal.note(
                     "lock_timeout", rnic=rnic, current_owner=exc.owner, waited_s=float(cfg["lock_timeout"])
                 )
                 return self._fail_start("lock_timeout", str(exc), rnic=rnic, owner=exc.owner)
@@ -385,7 +553,7 @@ class Supervisor:
         try:
             observed = read_identity(cfg["root"])
         except IdentityError as exc:
-            self.journal.event("identity_check", stage="inside_locks", ok=False, error=str(exc))
+            self.journal.note("identity_check", stage="inside_locks", ok=False, error=str(exc))
             return self._fail_start("identity_error", str(exc))
         mismatch = identity_mismatches(expected, observed)
         self.journal.event(
@@ -403,15 +571,21 @@ class Supervisor:
             return self._fail_start("identity_mismatch", "node identity changed: " + text, mismatch=mismatch)
         self.identity = observed
         try:
+            self._publish_lease()
+        except OSError as exc:
+            return self._fail_start("os_error", f"lease record {self.lease_path}: {exc.strerror or exc}")
+        try:
             self._listen()
         except OSError as exc:
             return self._fail_start("socket_error", f"control socket {self.socket_path}: {exc}")
-        self.journal.event("ready", socket=self.socket_path, pid=os.getpid())
+        self.journal.event("ready", socket=self.socket_path, pid=self.pid)
+        self.journal.sync()
         self._tell_launcher(
             {
                 "ok": True,
-                "pid": os.getpid(),
-                "start_time": proc_start_time(os.getpid()),
+                "pid": self.pid,
+                "start_time": self.start_time,
+                "run_id": cfg["run_id"],
                 "socket": self.socket_path,
                 "journal": self.journal_path,
                 "locks": [lk.as_dict() for lk in self.locks],
@@ -420,9 +594,35 @@ class Supervisor:
         )
         return 0
 
+    def _enforce_lease(self, rnic: str, path: str) -> None:
+        """A lock stays busy: if its holder's lease ran out (plus grace) and it is still there, it is
+        hung (SIGSTOPped, wedged): kill it after checking pid and start time, journal it, take over."""
+        now = time.monotonic()
+        if now < self.next_enforce_check:
+            return
+        self.next_enforce_check = now + ENFORCE_POLL_S
+        owner = read_owner(path)
+        overdue = lease_overdue(owner, self.boot_id)
+        if overdue is None or owner.get("pid") == self.pid:
+            return
+        if supervisor_answers(owner.get("run_dir")):
+            return  # alive and serving: its record is stale (a full disk, say), it is not hung
+        holder_journal = (os.path.join(owner["run_dir"], JOURNAL_NAME)
+                          if isinstance(owner.get("run_dir"), str) else None)
+        outcome = end_hung_supervisor(owner, f"lease expired {overdue + LEASE_GRACE_S:.1f} s ago; RNIC {rnic} "
+                                             f"wanted by run {self.cfg['run_id']}", holder_journal,
+                                      by=f"run {self.cfg['run_id']} (pid {self.pid})")
+        if outcome["signals"]:
+            self.journal.event(
+                "lease_enforced", rnic=rnic, path=path, holder={k: owner.get(k) for k in (
+                    "run_id", "controller", "pid", "start_time", "run_dir", "lease_expires_at")},
+                overdue_s=round(overdue + LEASE_GRACE_S, 3), signals=outcome["signals"], killed=outcome["killed"],
+                holder_journal=holder_journal if outcome["event"] else None,
+            )
+
     def _listen(self) -> None:
         if os.path.lexists(self.socket_path):
-            os.unlink(self.socket_path)  # the launcher checked nobody answers on it
+            os.unlink(self.socket_path)  # we hold the run lock: nobody else serves this run directory
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -447,11 +647,14 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda s, _f: received.append(s))
         signal.signal(signal.SIGCHLD, lambda _s, _f: None)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.sel.register(wake_r, selectors.EVENT_READ, "wake")
         while self.stop_reason is None:
             now = time.monotonic()
+            self._resume_accepting(now)
             timeout = min(
-                [0.25, max(0.0, self.lease_deadline - now)] + [max(0.0, p.deadline - now) for p in self.pending]
+                [0.25, max(0.0, self.lease_deadline - boottime())]
+                + [max(0.0, p.deadline - now) for p in self.pending]
             )
             for key, _mask in self.sel.select(timeout):
                 if key.data == "wake":
@@ -471,40 +674,83 @@ class Supervisor:
                 break
             self._reap()
             self._resolve_pending()
-            if self.stop_reason is None and time.monotonic() >= self.lease_deadline:
-                self.journal.event(
-                    "lease_expired", lease_s=self.lease, overdue_s=round(time.monotonic() - self.lease_deadline, 3)
+            self._close_idle(time.monotonic())
+            if self.stop_reason is None and boottime() >= self.lease_deadline:
+                self.journal.note(
+                    "lease_expired", lease_s=self.lease, overdue_s=round(boottime() - self.lease_deadline, 3)
                 )
                 self._shutdown("lease_expired", force=True)
         return 0
+
+    def _resume_accepting(self, now: float) -> None:
+        if self.accept_paused_until and now >= self.accept_paused_until and self.listener is not None:
+            self.accept_paused_until = 0.0
+            self.sel.register(self.listener, selectors.EVENT_READ, "listen")
 
     def _accept(self) -> None:
         try:
             conn = self.listener.accept()[0]
         except (BlockingIOError, InterruptedError):
             return
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError as exc:
+            # EMFILE/ENFILE (descriptors exhausted), ENOBUFS, ENOMEM, ...: never the end of the
+            # supervisor. Make room by closing the oldest idle connection; when there is none,
+            # stop polling the listener briefly (it stays readable: polling would spin).
+            self.accept_errors += 1
+            if self.accept_errors == 1 or self.accept_errors % 100 == 0:
+                self.journal.note("accept_error", errno=exc.errno, error=os.strerror(exc.errno or 0),
+                                  count=self.accept_errors, idle_connections=len(self.buffers))
+            if not self._shed_oldest_idle():
+                self.sel.unregister(self.listener)
+                self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE_S
+            return
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            conn.close()
+            return
         peer_pid, peer_uid, _gid = struct.unpack("3i", creds)
         if peer_uid != os.geteuid():
-            self.journal.event("connection_refused", peer_pid=peer_pid, peer_uid=peer_uid)
+            self.journal.note("connection_refused", peer_pid=peer_pid, peer_uid=peer_uid)
             msg = f"peer uid {peer_uid} is not the supervisor's uid {os.geteuid()}"
             self._respond(conn, {"ok": False, "error": "forbidden", "msg": msg})
             return
+        if len(self.buffers) >= MAX_IDLE_CONNECTIONS:
+            self._shed_oldest_idle()
         conn.setblocking(False)
         self.buffers[conn] = bytearray()
+        self.accepted_at[conn] = time.monotonic()
         self.sel.register(conn, selectors.EVENT_READ, "conn")
 
+    def _shed_oldest_idle(self) -> bool:
+        if not self.accepted_at:
+            return False
+        oldest = min(self.accepted_at, key=self.accepted_at.get)
+        self._respond(oldest, {"ok": False, "error": "busy", "msg": "too many idle connections; this one was "
+                                                                    "closed before it sent a request"}, wait=False)
+        return True
+
+    def _close_idle(self, now: float) -> None:
+        for conn, since in list(self.accepted_at.items()):
+            if now - since > IDLE_CONNECTION_S:
+                self._respond(conn, {"ok": False, "error": "bad_request",
+                                     "msg": f"no request line within {IDLE_CONNECTION_S:g} s"}, wait=False)
+
     def _drop(self, conn: socket.socket) -> None:
+        self.accepted_at.pop(conn, None)
         if conn in self.buffers:
             del self.buffers[conn]
             self.sel.unregister(conn)
 
-    def _respond(self, conn: socket.socket, resp: Dict) -> None:
+    def _respond(self, conn: socket.socket, resp: Dict, wait: bool = True) -> None:
         self._drop(conn)
         try:
-            conn.setblocking(True)
-            conn.settimeout(2.0)
-            conn.sendall((json.dumps(resp) + "\n").encode())
+            if wait:
+                conn.setblocking(True)
+                conn.settimeout(2.0)
+                conn.sendall((json.dumps(resp) + "\n").encode())
+            else:
+                conn.send((json.dumps(resp) + "\n").encode())
         except OSError:
             pass  # the client went away; the journal has the facts
         finally:
@@ -536,14 +782,16 @@ class Supervisor:
             req = json.loads(line.decode("utf-8"))
             if not isinstance(req, dict):
                 raise ValueError("not an object")
-        except (UnicodeDecodeError, ValueError) as exc:
-            msg = f"request is not a JSON object: {exc}"
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            msg = f"request is not a JSON object: {quote(str(exc))}"
             self._respond(conn, {"ok": False, "error": "bad_request", "msg": msg})
             return
         try:
             resp = self._dispatch(conn, req)
         except RequestError as exc:
             resp = {"ok": False, "error": exc.code, "msg": exc.msg}
+        except JournalError as exc:
+            resp = {"ok": False, "error": "journal_error", "msg": str(exc)}
         if resp is not None:
             self._respond(conn, resp)
 
@@ -556,9 +804,9 @@ class Supervisor:
             "wait": self.op_wait,
             "signal": self.op_signal,
             "stop": self.op_stop,
-        }.get(op)
+        }.get(op) if isinstance(op, str) else None
         if handler is None:
-            raise RequestError("bad_request", f"op {op!r}: must be one of {', '.join(OPS)}")
+            raise RequestError("bad_request", f"op {quote(op)}: must be one of {', '.join(OPS)}")
         return handler(conn, req)
 
     # -- operations -----------------------------------------------------------------------------
@@ -569,14 +817,16 @@ class Supervisor:
             "protocol": PROTOCOL_VERSION,
             "run_id": self.cfg["run_id"],
             "controller": self.cfg.get("controller"),
-            "pid": os.getpid(),
+            "pid": self.pid,
+            "start_time": self.start_time,
             "started_at": self.started_at,
             "identity": self.identity,
             "locks": [lk.as_dict() for lk in self.locks if lk.held],
             "lease_s": self.lease,
-            "lease_remaining_s": round(max(0.0, self.lease_deadline - time.monotonic()), 3),
+            "lease_remaining_s": round(max(0.0, self.lease_deadline - boottime()), 3),
             "children": [c.public() for c in self.children.values()],
             "journal": self.journal_path,
+            "journal_error": self.journal.error,
             "socket": self.socket_path,
         }
 
@@ -585,75 +835,97 @@ class Supervisor:
         return self._status()
 
     def op_renew(self, _conn, req) -> Dict:
-        lease = req.get("lease")
-        if lease is not None:
-            if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease <= MAX_LEASE_S:
-                raise RequestError("bad_request", f"lease {lease!r}: must be a number of seconds in (0, {MAX_LEASE_S}]")
-            self.lease = float(lease)
-        self.lease_deadline = time.monotonic() + self.lease
-        self.journal.event("lease_renew", lease_s=self.lease)
+        lease = req.get("lease", self.lease)
+        if not _number_ok(lease, 0, MAX_LEASE_S, low_open=True):
+            raise RequestError("bad_request",
+                               f"lease {quote(lease)}: must be a number of seconds in (0, {MAX_LEASE_S}]")
+        self.journal.event("lease_renew", lease_s=float(lease))  # a renewal that cannot be journaled is not made
+        self.lease = float(lease)
+        self.lease_deadline = boottime() + self.lease
+        try:
+            self._publish_lease()
+        except OSError as exc:
+            raise RequestError("os_error", f"lease renewed but not recorded in {self.lease_path} or the lock "
+                                           f"files: {exc.strerror or exc}") from None
         return {"ok": True, "lease_s": self.lease, "lease_remaining_s": self.lease}
 
     def op_launch(self, _conn, req) -> Dict:
         spec = validate_launch_request(req)
-        env = dict(spec["env"])
-        stripped = [k for k in STRIPPED_ENV if k in env]
-        for key in stripped:
-            del env[key]
-        if spec["ld_preload"]:
-            env["LD_PRELOAD"] = " ".join(spec["ld_preload"])
+        env, stripped = split_env(spec["env"])
         child_id = f"c{self.next_child}"
-        files = []
+        pins, files = [], []
         try:
-            for field in ("stdout_path", "stderr_path"):
-                path = spec[field] or os.devnull
-                flags = os.O_WRONLY | os.O_CLOEXEC
-                if path != os.devnull:
-                    flags |= os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                files.append(os.open(path, flags, 0o600))
-            popen = subprocess.Popen(  # argv list, never a shell
-                spec["argv"],
-                env=env,
-                cwd=spec["cwd"],
-                stdin=subprocess.DEVNULL,
-                stdout=files[0],
-                stderr=files[1],
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=_child_setup,  # noqa: PLW1509 - the supervisor never starts threads
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            self.journal.event("child_launch_failed", child_id=child_id, argv=spec["argv"], error=str(exc))
-            raise RequestError("launch_failed", f"launching {spec['argv']!r} failed: {exc}") from None
+            try:
+                exe = spec["argv"][0]
+                if spec["exe_sha256"]:
+                    pins.append(pin_file(exe, spec["exe_sha256"], "argv[0]"))
+                    exe = pins[-1].proc_path
+                preload = []
+                for index, lib in enumerate(spec["ld_preload"]):
+                    pins.append(pin_file(lib["path"], lib["sha256"], f"ld_preload[{index}]", executable=False))
+                    preload.append(pins[-1])
+            except PinError as exc:
+                code = "hash_mismatch" if isinstance(exc, PinMismatch) else "pin_failed"
+                self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=code,
+                                  msg=str(exc))
+                raise RequestError(code, str(exc)) from None
+            if preload:
+                env["LD_PRELOAD"] = " ".join(p.proc_path for p in preload)
+            try:
+                files.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+                for field in ("stdout_path", "stderr_path"):
+                    path = spec[field] or os.devnull
+                    flags = os.O_WRONLY | os.O_CLOEXEC
+                    if path != os.devnull:
+                        flags |= os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                    files.append(os.open(path, flags, 0o600))
+                keeper, pid = spawn_tree(spec["argv"], exe, env, spec["cwd"], tuple(files), [p.fd for p in pins])
+            except OSError as exc:
+                self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=str(exc))
+                raise RequestError("launch_failed", f"launching {quote(spec['argv'])} failed: "
+                                                    f"{exc.strerror or exc}") from None
         finally:
             for fd in files:
                 os.close(fd)
+            pinned = [p.as_dict() for p in pins]
+            for p in pins:
+                p.close()
         self.next_child += 1
         try:
-            start_time = proc_start_time(popen.pid)
+            start_time = proc_start_time(pid)
         except (OSError, ValueError, IndexError):
-            start_time = -1  # cannot happen for an unreaped child; recorded so it is never signalled
-        child = Child(child_id, popen, start_time, spec, env_keys=sorted(env), stripped=stripped)
+            start_time = -1  # the runner already ended and was reaped: recorded so it is never signalled
+        child = Child(child_id, keeper, pid, start_time, spec, env_keys=sorted(env), stripped=stripped)
         self.children[child_id] = child
-        self.journal.event(
-            "child_start",
-            child_id=child_id,
-            pid=child.pid,
-            start_time=start_time,
-            argv=spec["argv"],
-            env_keys=child.env_keys,
-            env_stripped=stripped,
-            ld_preload=spec["ld_preload"],
-            cwd=spec["cwd"],
-            stdout_path=spec["stdout_path"],
-            stderr_path=spec["stderr_path"],
-        )
+        exe_pin = pinned[0] if spec["exe_sha256"] else None
+        libraries = pinned[1:] if spec["exe_sha256"] else pinned
+        try:
+            self.journal.event(
+                "child_start",
+                child_id=child_id,
+                pid=pid,
+                start_time=start_time,
+                keeper_pid=keeper,
+                argv=spec["argv"],
+                exe=exe_pin,
+                env_keys=child.env_keys,
+                env_stripped=stripped,
+                ld_preload=[dict(lib, loaded_as=p) for lib, p in zip(libraries, env.get("LD_PRELOAD", "").split())],
+                cwd=spec["cwd"],
+                stdout_path=spec["stdout_path"],
+                stderr_path=spec["stderr_path"],
+            )
+        except JournalError as exc:
+            # A child the journal does not know of must not run: the verifier could not account for it.
+            self._kill_tree(child, "journal_error")
+            self._wait_keepers([child], KILL_REAP_TIMEOUT_S)
+            raise JournalError(f"{exc}; child {child_id} was killed") from None
         return {"ok": True, "child": child.public(), "env_stripped": stripped}
 
     def _child(self, req: Dict) -> Child:
         child_id = req.get("child_id")
-        if not isinstance(child_id, str) or not _CHILD_ID_RE.match(child_id):
-            raise RequestError("bad_request", f"child_id {child_id!r}: must look like c1, c2, ...")
+        if not isinstance(child_id, str) or not _CHILD_ID_RE.fullmatch(child_id):
+            raise RequestError("bad_request", f"child_id {quote(child_id)}: must look like c1, c2, ...")
         child = self.children.get(child_id)
         if child is None:
             raise RequestError("unknown_child", f"child_id {child_id}: no such child of this supervisor")
@@ -662,8 +934,8 @@ class Supervisor:
     @staticmethod
     def _timeout(req: Dict, default: float) -> float:
         val = req.get("timeout", default)
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 86400:
-            raise RequestError("bad_request", f"timeout {val!r}: must be a number of seconds in [0, 86400]")
+        if not _number_ok(val, 0, 86400):
+            raise RequestError("bad_request", f"timeout {quote(val)}: must be a number of seconds in [0, 86400]")
         return float(val)
 
     def op_wait(self, conn, req) -> Optional[Dict]:
@@ -681,27 +953,23 @@ class Supervisor:
         timeout = self._timeout(req, KILL_REAP_TIMEOUT_S)
         reap = req.get("reap", True)
         if not isinstance(reap, bool):
-            raise RequestError("bad_request", f"reap {reap!r}: must be true or false")
+            raise RequestError("bad_request", f"reap {quote(reap)}: must be true or false")
         want_pid, want_start = req.get("pid"), req.get("start_time")
         self._reap()
         reason = None
-        if want_pid != child.pid:
-            reason = f"pid {want_pid!r} is not child {child.child_id}'s pid {child.pid}"
-        elif want_start != child.start_time:
+        if want_pid != child.pid or isinstance(want_pid, bool):
+            reason = f"pid {quote(want_pid)} is not child {child.child_id}'s pid {child.pid}"
+        elif want_start != child.start_time or isinstance(want_start, bool):
             reason = (
-                f"start time {want_start!r} is not child {child.child_id}'s start time {child.start_time} (pid reused?)"
+                f"start time {quote(want_start)} is not child {child.child_id}'s start time {child.start_time} "
+                "(pid reused?)"
             )
         elif child.exited:
             reason = f"child {child.child_id} (pid {child.pid}) has already exited and been reaped"
         else:
-            try:
-                now_start = proc_start_time(child.pid)
-            except (OSError, ValueError, IndexError):
-                now_start = None
-            if now_start != child.start_time:
-                reason = f"pid {child.pid} now has start time {now_start!r}, not {child.start_time}"
+            reason = verify_process(child.pid, child.start_time)
         if reason is not None:
-            self.journal.event(
+            self.journal.note(
                 "signal_refused",
                 child_id=child.child_id,
                 pid=want_pid,
@@ -711,7 +979,6 @@ class Supervisor:
                 reason=reason,
             )
             raise RequestError("signal_refused", reason)
-        os.kill(child.pid, signum)
         self.journal.event(
             "signal",
             child_id=child.child_id,
@@ -721,6 +988,7 @@ class Supervisor:
             signal_name=signal_name(signum),
             reason="request",
         )
+        os.kill(child.pid, signum)
         if not reap:
             return {"ok": True, "child": child.public(), "signalled": signum}
         self.pending.append(Pending(conn, child, time.monotonic() + timeout, "signal", {"signalled": signum}))
@@ -729,17 +997,23 @@ class Supervisor:
     def op_stop(self, conn, req) -> Optional[Dict]:
         force = req.get("force", False)
         if not isinstance(force, bool):
-            raise RequestError("bad_request", f"force {force!r}: must be true or false")
+            raise RequestError("bad_request", f"force {quote(force)}: must be true or false")
         self._reap()
         running = [c for c in self.children.values() if not c.exited]
         if running and not force:
-            names = ", ".join(f"{c.child_id} (pid {c.pid})" for c in running)
-            self.journal.event("stop_refused", running=[c.child_id for c in running])
+            listed = ", ".join(f"{c.child_id} (pid {c.pid})" for c in running)
+            self.journal.note("stop_refused", running=[c.child_id for c in running])
             raise RequestError(
-                "children_running", f"{len(running)} children still running: {names}; stop with force to kill them"
+                "children_running", f"{len(running)} children still running: {listed}; stop with force to kill them"
             )
         summary = self._shutdown("stop", force=force)
-        self._respond(conn, dict(summary, ok=True))
+        if summary["journal_error"]:
+            answer = dict(summary, ok=False, error="journal_error",
+                          msg=f"stopped and {'released every lock' if summary['locks_released'] else 'exited'}, "
+                              f"but the journal is incomplete: {summary['journal_error']}")
+        else:
+            answer = dict(summary, ok=True)
+        self._respond(conn, answer)
         return None
 
     # -- children, pending requests and shutdown ------------------------------------------------
@@ -750,7 +1024,7 @@ class Supervisor:
             child.exit_signal = -rc
         else:
             child.exit_code = rc
-        self.journal.event(
+        self.journal.note(
             "child_exit",
             child_id=child.child_id,
             pid=child.pid,
@@ -759,13 +1033,22 @@ class Supervisor:
             exit_signal=child.exit_signal,
             exit_signal_name=signal_name(child.exit_signal),
         )
+        self.journal.sync()  # the end of a runner: its events are on disk
+
+    def _poll_keeper(self, child: Child) -> bool:
+        try:
+            pid, status = os.waitpid(child.keeper, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = child.keeper, int(signal.SIGKILL)
+        if pid == 0:
+            return False
+        self._record_exit(child, exit_code_of(status))
+        return True
 
     def _reap(self) -> None:
         for child in self.children.values():
             if not child.exited:
-                rc = child.popen.poll()
-                if rc is not None:
-                    self._record_exit(child, rc)
+                self._poll_keeper(child)
 
     def _resolve_pending(self) -> None:
         now = time.monotonic()
@@ -792,34 +1075,48 @@ class Supervisor:
                 keep.append(p)
         self.pending = keep
 
-    def _kill_and_reap(self, reason: str) -> List[str]:
-        killed = []
-        for child in self.children.values():
-            if child.exited:
-                continue
+    def _kill_tree(self, child: Child, reason: str) -> bool:
+        """SIGKILL the runner's process group (its keeper then ends the rest of the tree)."""
+        if verify_process(child.pid, child.start_time) is None:
             try:
-                os.killpg(child.pid, signal.SIGKILL)  # its own session: also takes its descendants
+                os.killpg(child.pid, signal.SIGKILL)
             except ProcessLookupError:
-                os.kill(child.pid, signal.SIGKILL)
-            self.journal.event(
-                "signal",
-                child_id=child.child_id,
-                pid=child.pid,
-                start_time=child.start_time,
-                signal=int(signal.SIGKILL),
-                signal_name="SIGKILL",
-                reason=reason,
-            )
-            killed.append(child.child_id)
-        for child in self.children.values():
-            if not child.exited:
-                try:
-                    rc = child.popen.wait(KILL_REAP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self.journal.event("child_unreaped", child_id=child.child_id, pid=child.pid)
-                    continue
-                self._record_exit(child, rc)
-        return killed
+                pass
+        else:
+            try:
+                os.kill(child.keeper, signal.SIGTERM)  # the runner is gone: the keeper ends what is left
+            except ProcessLookupError:
+                pass
+        self.journal.note(
+            "signal",
+            child_id=child.child_id,
+            pid=child.pid,
+            start_time=child.start_time,
+            signal=int(signal.SIGKILL),
+            signal_name="SIGKILL",
+            reason=reason,
+        )
+        return True
+
+    def _wait_keepers(self, children: List[Child], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = [c for c in children if not c.exited]
+        while waiting:
+            waiting = [c for c in waiting if not self._poll_keeper(c)]
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                for child in waiting:
+                    self.journal.note("child_unreaped", child_id=child.child_id, pid=child.pid)
+                break
+            time.sleep(0.005)
+
+    def _kill_and_reap(self, reason: str) -> List[str]:
+        running = [c for c in self.children.values() if not c.exited]
+        for child in running:
+            self._kill_tree(child, reason)
+        self._wait_keepers(running, KILL_REAP_TIMEOUT_S)
+        return [c.child_id for c in running]
 
     def _release_locks(self) -> None:
         for lock in reversed(self.locks):
@@ -827,12 +1124,13 @@ class Supervisor:
                 try:
                     record = lock.release()
                 except OSError as exc:  # the kernel still drops the flock when we exit
-                    self.journal.event("lock_release", rnic=lock.rnic, path=lock.path, ok=False, error=str(exc))
+                    self.journal.note("lock_release", rnic=lock.rnic, path=lock.path, ok=False, error=str(exc))
                     continue
                 self.released.append({"rnic": lock.rnic, "path": lock.path})
-                self.journal.event("lock_release", rnic=lock.rnic, path=lock.path, ok=True, owner=record)
+                self.journal.note("lock_release", rnic=lock.rnic, path=lock.path, ok=True, owner=record)
 
     def _shutdown(self, reason: str, force: bool) -> Dict:
+        """Kill (if forced), release, close: every step runs even when the journal cannot be written."""
         killed = self._kill_and_reap(reason) if force else []
         self._release_locks()
         self.stop_reason = reason
@@ -848,24 +1146,20 @@ class Supervisor:
             )
         self.pending = []
         if self.listener is not None:
-            self.sel.unregister(self.listener)
+            if not self.accept_paused_until:
+                self.sel.unregister(self.listener)
             self.listener.close()
             self.listener = None
             try:
                 os.unlink(self.socket_path)
             except FileNotFoundError:
                 pass
+        try:
+            os.unlink(self.lease_path)
+        except OSError:
+            pass
         all_released = all(not lk.held for lk in self.locks)
-        summary = {
-            "reason": reason,
-            "force": force,
-            "children_killed": killed,
-            "children": [c.public() for c in self.children.values()],
-            "locks_released": all_released,
-            "released": self.released,
-            "journal": self.journal_path,
-        }
-        self.journal.event(
+        self.journal.note(
             "supervisor_stop",
             reason=reason,
             force=force,
@@ -874,8 +1168,32 @@ class Supervisor:
             released=[r["rnic"] for r in self.released],
         )
         self.journal.close(reason=reason, children=len(self.children), locks_released=all_released)
+        summary = {
+            "reason": reason,
+            "force": force,
+            "children_killed": killed,
+            "children": [c.public() for c in self.children.values()],
+            "locks_released": all_released,
+            "released": self.released,
+            "journal": self.journal_path,
+            "journal_error": self.journal.error,
+        }
         self.stop_summary = summary
         return summary
+
+
+def _tell(fd: int, msg: Dict) -> None:
+    """The one message of the ready pipe (then closed)."""
+    if fd < 0:
+        return
+    try:
+        os.write(fd, (json.dumps(msg) + "\n").encode())
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _detach() -> None:
@@ -884,43 +1202,94 @@ def _detach() -> None:
         os._exit(0)
 
 
+def _take_run_lock(run_dir: str) -> Optional[int]:
+    """The run directory's flock, held for the supervisor's life; None when another process has it."""
+    fd = os.open(os.path.join(run_dir, RUN_LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + 0.5  # a concurrent probe (lock_held) holds it for microseconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.01)
+
+
+def _load_config(path: str):
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_REQUEST_BYTES + 1)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise ValueError("larger than 1 MiB")
+    return json.loads(data.decode("utf-8"))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="orbite per-node lock supervisor")
     parser.add_argument("--config", required=True)
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--foreground", action="store_true")
     args = parser.parse_args(argv)
-    with open(args.config, encoding="utf-8") as handle:
-        cfg = json.load(handle)
+    try:
+        cfg = _load_config(args.config)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        _tell(args.ready_fd, {"ok": False, "error": "bad_request", "msg": f"configuration {args.config}: {exc}"})
+        return 2
+    problem = check_config(cfg)
+    if problem is not None:  # the supervisor's own check: nothing is created, locked or journaled
+        _tell(args.ready_fd, {"ok": False, "error": "bad_request", "msg": problem})
+        return 2
     if not args.foreground:
         _detach()
     os.umask(0o077)
-    with open(os.path.join(cfg["run_dir"], PID_NAME), "w", encoding="ascii") as handle:
-        handle.write(f"{os.getpid()}\n")
+    run_dir = cfg["run_dir"]
+    pid_path = os.path.join(run_dir, PID_NAME)
     try:
-        sup = Supervisor(cfg, args.ready_fd)
-    except OSError as exc:  # the journal cannot be opened: say so on the ready pipe
-        if args.ready_fd >= 0:
-            msg = {"ok": False, "error": "journal_error", "msg": f"cannot open the journal: {exc}"}
-            os.write(args.ready_fd, (json.dumps(msg) + "\n").encode())
-        os.unlink(os.path.join(cfg["run_dir"], PID_NAME))
+        run_lock = _take_run_lock(run_dir)
+    except OSError as exc:
+        _tell(args.ready_fd, {"ok": False, "error": "os_error", "msg": f"run lock in {run_dir}: {exc.strerror}"})
+        return 1
+    if run_lock is None:
+        _tell(args.ready_fd, {"ok": False, "error": "already_running",
+                              "msg": f"another supervisor holds {os.path.join(run_dir, RUN_LOCK_NAME)}"})
         return 1
     try:
-        rc = sup.start()
+        fd = os.open(pid_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if os.write(fd, f"{os.getpid()}\n".encode()) == 0:
+                raise OSError(errno.ENOSPC, "nothing written")
+        finally:
+            os.close(fd)
+        sup = Supervisor(cfg, args.ready_fd)
+    except (OSError, JournalError) as exc:  # a full disk, say: say so on the ready pipe
+        code = "journal_error" if isinstance(exc, JournalError) else "os_error"
+        text = str(exc) if isinstance(exc, JournalError) else (exc.strerror or str(exc))
+        _tell(args.ready_fd, {"ok": False, "error": code, "msg": f"cannot start in {run_dir}: {text}"})
+        try:
+            os.unlink(pid_path)
+        except OSError:
+            pass
+        return 1
+    try:
+        try:
+            rc = sup.start()
+        except JournalError as exc:  # the disk filled up during the start: a coded failure, nothing held
+            rc = sup._fail_start("journal_error", str(exc))
         if rc != 0:
             return rc
         return sup.serve()
     except Exception as exc:  # never leave locks held behind a crash; the journal says why
-        if sup.journal.handle is not None:
-            sup.journal.event("internal_error", error=f"{type(exc).__name__}: {exc}")
-            sup._kill_and_reap("internal_error")
-            sup._release_locks()
-            sup.journal.close(reason="internal_error", children=len(sup.children),
-                              locks_released=all(not lk.held for lk in sup.locks))
+        sup.journal.note("internal_error", error=f"{type(exc).__name__}: {exc}")
+        sup._kill_and_reap("internal_error")
+        sup._release_locks()
+        sup.journal.close(reason="internal_error", children=len(sup.children),
+                          locks_released=all(not lk.held for lk in sup.locks))
         sup._tell_launcher({"ok": False, "error": "internal", "msg": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
         try:
-            os.unlink(os.path.join(cfg["run_dir"], PID_NAME))
+            os.unlink(pid_path)
         except OSError:
             pass
+        os.close(run_lock)

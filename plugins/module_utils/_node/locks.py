@@ -23,7 +23,7 @@ import os
 import random
 import stat
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
@@ -114,11 +114,13 @@ def _parse_owner(raw: bytes) -> Optional[Dict]:
 def read_owner(path: str) -> Optional[Dict]:
     """The owner record currently written in a lock file (None when empty or absent)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
-        return _parse_owner(os.read(fd, _MAX_OWNER_BYTES))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {"unparsable": "not a regular file"}
+        return _parse_owner(os.pread(fd, _MAX_OWNER_BYTES, 0))
     finally:
         os.close(fd)
 
@@ -186,21 +188,40 @@ class RnicLock:
             self.fd = -1
         return record
 
+    def update(self, **fields) -> Dict:
+        """Rewrite the held lock's record with ``fields`` changed (a lease renewal, say)."""
+        if self.fd < 0:
+            raise LockError(f"lock {self.path} is not held")
+        record = dict(self.owner, **fields)
+        _rewrite(self.fd, record)
+        self.owner = record
+        return record
+
     def as_dict(self) -> Dict:
         return {"rnic": self.rnic, "path": self.path, "owner": self.owner}
 
 
 def _rewrite(fd: int, record: Dict) -> None:
+    # New bytes first, then cut the tail: a concurrent reader (lease enforcement) sees the old record,
+    # the new one, or an unparsable mix; never an empty file it would take for "no owner".
     data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
+    if os.pwrite(fd, data, 0) != len(data):
+        raise OSError(errno.ENOSPC, "short write of the lock record")
+    os.ftruncate(fd, len(data))
 
 
-def acquire(lock_dir: str, rnic: str, owner: Dict, timeout: float = 0.0) -> RnicLock:
+def acquire(
+    lock_dir: str,
+    rnic: str,
+    owner: Dict,
+    timeout: float = 0.0,
+    on_busy: Optional[Callable[[str], None]] = None,
+) -> RnicLock:
     """Take the flock of rnic's lock file, waiting up to timeout seconds, and write owner into it.
 
     lock_dir must already be private (see ensure_private_dir). Raises LockTimeout naming the
-    current owner when the lock stays held.
+    current owner when the lock stays held. ``on_busy(path)`` is called on each busy poll (the
+    supervisor enforces an expired lease of a hung holder from there).
     """
     path = lock_path(lock_dir, rnic)
     start = time.monotonic()
@@ -222,6 +243,11 @@ def acquire(lock_dir: str, rnic: str, owner: Dict, timeout: float = 0.0) -> Rnic
                     rnic,
                     current,
                 ) from None
+            if on_busy is not None:
+                on_busy(path)
+                now = time.monotonic()
+                if now >= deadline:
+                    continue
             # Jittered exponential back-off: contenders do not wake in lock-step.
             time.sleep(min(delay * (0.5 + random.random()), deadline - now))
             delay = min(delay * 2, 0.02)
@@ -264,7 +290,11 @@ def acquire(lock_dir: str, rnic: str, owner: Dict, timeout: float = 0.0) -> Rnic
 
 def probe(lock_dir: str, rnic: str) -> bool:
     """True when the lock is free right now (takes and drops the flock; writes nothing)."""
-    path = lock_path(lock_dir, rnic)
+    return probe_path(lock_path(lock_dir, rnic))
+
+
+def probe_path(path: str) -> bool:
+    """probe() for a lock file named by its path (a lease record lists paths)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:

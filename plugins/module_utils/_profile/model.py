@@ -7,6 +7,12 @@ workload the gate must see, or into *every* rule it breaks. Each broken rule is 
 naming the field, the value and the rule, with a stable ``code`` that tests and docs refer to.
 Any exception other than ``ProfileError`` escaping this module is a bug.
 
+A profile is input from whoever fills the survey or writes the file, so loading is bounded: at
+most MAX_PROFILE_BYTES of text, read only from a regular file, YAML without aliases or merge keys
+(a few hundred bytes of aliases expand to GiBs), no duplicate key in JSON or YAML (the last one
+would silently win), nesting at most MAX_DEPTH levels and at most MAX_NODES values; host names
+follow the collection's name grammar; every value a message or a violation shows is cut.
+
 Stdlib only (PyYAML is used when present for YAML text), Python >= 3.9.
 """
 
@@ -16,8 +22,14 @@ import json
 import re
 from dataclasses import dataclass
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import DIGITS_MAX, ascii_int
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import QUOTE_LIMIT, OrbiteError, quote
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    FileTooLarge,
+    NotRegularFile,
+    read_regular_bytes,
+)
 
 PROTOCOL = "orbite-installed-host-v4"
 
@@ -105,6 +117,15 @@ INT_DIGITS_MAX = DIGITS_MAX
 INT_LIMIT = 10**INT_DIGITS_MAX
 INT_RULE = f"must be a whole number written with 1 to {INT_DIGITS_MAX} ASCII digits 0-9 (no sign)"
 
+# Loading bounds. A profile is a flat mapping of about 15 scalars (a few hundred bytes).
+MAX_PROFILE_BYTES = 64 * KIB
+MAX_DEPTH = 32  # the mapping is level 1; no field holds a structure
+MAX_NODES = 4096  # mappings, lists and scalars together
+MAX_FIELDS = 64  # keys of the profile mapping
+
+HOST_FIELDS = ("source", "requester")
+HOST_RULE = f"must be an inventory host name: {names.HOSTNAME_RULE}, or {names.NAME_RULE}"
+
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 _BOOL_TEXT = re.compile(r"[ \t]*([A-Za-z01]{1,5})[ \t]*", re.ASCII)
@@ -113,12 +134,19 @@ BOOL_RULE = f"must be a boolean: true or false ({', '.join(_TRUE)} / {', '.join(
 
 @dataclass(frozen=True)
 class Violation:
-    """One broken rule: ``code`` is stable, ``message`` names field, value and rule."""
+    """One broken rule: ``code`` is stable, ``message`` names field, value and rule.
+
+    ``value`` is kept as given only when it is a short scalar; anything else (a long string, a
+    structure) is replaced by its cut quote(), so a violation is always small and printable.
+    """
 
     code: str
     field: str
     value: object
     rule: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", _bounded(self.value))
 
     @property
     def message(self) -> str:
@@ -143,6 +171,16 @@ class ProfileError(OrbiteError):
     def __init__(self, violations):
         self.violations = list(violations)
         super().__init__("; ".join(v.message for v in self.violations))
+
+
+def _bounded(value):
+    if value is None or isinstance(value, bool) or (isinstance(value, int) and -INT_LIMIT < value < INT_LIMIT):
+        return value
+    if isinstance(value, float) or (isinstance(value, str) and len(value) <= QUOTE_LIMIT):
+        return value
+    if isinstance(value, str):
+        return value[: QUOTE_LIMIT - 3] + "..."
+    return _shown(value)
 
 
 def _jsonable(value):
@@ -173,38 +211,142 @@ def _key_text(key) -> str:
 # Loading
 
 
+class _Refused(Exception):
+    """Raised inside the parsers' hooks: becomes one violation, and stops the parse at once."""
+
+    def __init__(self, code, value, rule):
+        super().__init__(rule)
+        self.code, self.value, self.rule = code, value, rule
+
+
+def _duplicate_rule(key):
+    return f"key {_shown(key)} appears twice in one mapping (the last would silently win)"
+
+
+def _json_pairs(pairs):
+    mapping = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise _Refused("profile.duplicate_key", key, _duplicate_rule(key))
+        mapping[key] = value
+    return mapping
+
+
+_NESTING_RULE = f"nests deeper than {MAX_DEPTH} levels (a profile is one flat mapping)"
+_SIZE_RULE = f"is longer than {MAX_PROFILE_BYTES} characters (a profile is a few hundred)"
+
+
+def _yaml_loader(yaml):
+    """A SafeLoader that refuses aliases and merge keys, duplicate keys, and nesting past MAX_DEPTH.
+
+    Aliases are refused while composing, before anything is built: an alias bomb never expands.
+    """
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                anchor = self.peek_event().anchor
+                raise _Refused("profile.yaml_alias", f"*{anchor}", "YAML aliases (*name) are not accepted in a profile")
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    raise _Refused("profile.nesting", f"{self.depth} levels", _NESTING_RULE)
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node, deep=False):
+            seen = []
+            for key_node, _value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise _Refused("profile.yaml_alias", "<<", "YAML merge keys (<<) are not accepted in a profile")
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise _Refused("profile.duplicate_key", key, _duplicate_rule(key))
+                seen.append(key)  # a list: a key may be unhashable, which the constructor then refuses
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
 def parse_profile_text(text: str, origin: str = "profile") -> dict:
-    """Parse JSON (or YAML when PyYAML is present) text into a mapping."""
-    # ValueError and RecursionError too: a 5000-digit number or brackets nested 100000 deep are
-    # refused by the parsers with those, and they must become a violation like any syntax error.
+    """Parse JSON (or YAML when PyYAML is present) text into a mapping, within the loading bounds."""
+    if not isinstance(text, str):
+        raise ProfileError([Violation("profile.type", origin, _short(text), "must be JSON or YAML text")])
+    if len(text) > MAX_PROFILE_BYTES:
+        raise ProfileError([Violation("profile.size", origin, f"<{len(text)} characters>", _SIZE_RULE)])
+    # ValueError too: a 5000-digit number is refused by the parsers with it, and must become a
+    # violation like any syntax error. A RecursionError only comes from nesting.
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as json_error:
-        try:
-            import yaml  # noqa: PLC0415 - optional: nodes and minimal controllers may lack it
-        except ImportError:
-            raise ProfileError(
-                [Violation("profile.syntax", origin, _short(text), f"is not valid JSON ({json_error})")]
-            ) from None
-        try:
-            data = yaml.safe_load(text)
-        except (yaml.YAMLError, ValueError, RecursionError) as yaml_error:
-            first = str(yaml_error).splitlines()[0] if str(yaml_error) else "syntax error"
-            raise ProfileError(
-                [Violation("profile.syntax", origin, _short(text), f"is neither JSON nor YAML ({first})")]
-            ) from None
+        data = json.loads(text, object_pairs_hook=_json_pairs)
+    except _Refused as refused:
+        raise ProfileError([Violation(refused.code, origin, refused.value, refused.rule)]) from None
+    except RecursionError:
+        raise ProfileError([Violation("profile.nesting", origin, _short(text), _NESTING_RULE)]) from None
+    except ValueError as json_error:
+        data = _parse_yaml(text, origin, json_error)
+    _check_shape(data, origin)
     if not isinstance(data, dict):
         raise ProfileError([Violation("profile.type", origin, _short(data), "must be a mapping of profile fields")])
     return data
 
 
-def load_profile_file(path: str) -> dict:
+def _parse_yaml(text, origin, json_error):
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ProfileError([Violation("profile.file", "path", path, f"cannot be read ({error})")]) from None
-    return parse_profile_text(text, origin=path)
+        import yaml  # noqa: PLC0415 - optional: nodes and minimal controllers may lack it
+    except ImportError:
+        raise ProfileError(
+            [Violation("profile.syntax", origin, _short(text), f"is not valid JSON ({json_error})")]
+        ) from None
+    try:
+        return yaml.load(text, Loader=_yaml_loader(yaml))  # a SafeLoader subclass: no arbitrary objects
+    except _Refused as refused:
+        raise ProfileError([Violation(refused.code, origin, refused.value, refused.rule)]) from None
+    except RecursionError:
+        raise ProfileError([Violation("profile.nesting", origin, _short(text), _NESTING_RULE)]) from None
+    except (yaml.YAMLError, ValueError) as yaml_error:
+        first = str(yaml_error).splitlines()[0] if str(yaml_error) else "syntax error"
+        raise ProfileError(
+            [Violation("profile.syntax", origin, _short(text), f"is neither JSON nor YAML ({_short(first, 200)})")]
+        ) from None
+
+
+def _check_shape(data, origin):
+    """Nesting and size bounds, walked without recursion (a dict from a playbook skips the parsers)."""
+    stack = [(data, 1)]
+    nodes = 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            raise ProfileError([Violation("profile.nesting", origin, f"{depth} levels", _NESTING_RULE)])
+        if nodes > MAX_NODES:
+            raise ProfileError([Violation(
+                "profile.size", origin, f"more than {MAX_NODES} values", f"must hold at most {MAX_NODES} values"
+            )])
+        if isinstance(value, dict):
+            stack.extend((child, depth + 1) for child in value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((child, depth + 1) for child in value)
+    if isinstance(data, dict) and len(data) > MAX_FIELDS:
+        raise ProfileError([Violation(
+            "profile.size", origin, f"{len(data)} keys", f"must hold at most {MAX_FIELDS} keys (there are 17 fields)"
+        )])
+
+
+def load_profile_file(path: str) -> dict:
+    """Read a profile file: a regular file (never a FIFO or a device) of at most MAX_PROFILE_BYTES."""
+    try:
+        text = read_regular_bytes(path, MAX_PROFILE_BYTES).decode("utf-8")
+    except FileTooLarge:
+        rule = f"is larger than {MAX_PROFILE_BYTES} bytes (a profile is a few hundred)"
+        raise ProfileError([Violation("profile.size", "path", path, rule)]) from None
+    except (OSError, UnicodeDecodeError, NotRegularFile) as error:
+        rule = f"cannot be read ({_short(str(error), 200)})"
+        raise ProfileError([Violation("profile.file", "path", path, rule)]) from None
+    return parse_profile_text(text, origin=_short(str(path), QUOTE_LIMIT))
 
 
 def _short(value, limit: int = 80):
@@ -258,6 +400,18 @@ def _cast_bool(field, value, violations):
     return None
 
 
+def _cast_host(field, value, violations):
+    """An inventory host name: the collection's grammar (ASCII, full match, bounded), blanks around cut."""
+    if not isinstance(value, str) or not value.strip(" \t"):
+        violations.append(Violation(f"{field}.type", field, value, "must be a non-empty string"))
+        return None
+    name = value.strip(" \t")
+    if names.is_hostname(name) or names.is_name(name):
+        return name
+    violations.append(Violation(f"{field}.hostname", field, value, HOST_RULE))
+    return None
+
+
 def _cast_str(field, value, violations):
     if isinstance(value, str) and value.strip():
         return value.strip()
@@ -273,6 +427,7 @@ def validate_profile(raw) -> dict:
     """Return the normalized profile, or raise ProfileError listing every violation."""
     if not isinstance(raw, dict):
         raise ProfileError([Violation("profile.type", "profile", _short(raw), "must be a mapping of profile fields")])
+    _check_shape(raw, "profile")
     violations: list = []
     profile: dict = {}
     for key in sorted(raw, key=_key_text):
@@ -296,6 +451,8 @@ def validate_profile(raw) -> dict:
             cast = _cast_int(field, value, violations)
         elif field == "rdma_events":
             cast = _cast_bool(field, value, violations)
+        elif field in HOST_FIELDS:
+            cast = _cast_host(field, value, violations)
         else:
             cast = _cast_str(field, value, violations)
         if cast is not None:
@@ -324,7 +481,8 @@ def _check_enums(p, violations):
         if field in p and p[field] not in allowed:
             violations.append(Violation(code, field, p[field], f"must be one of {', '.join(allowed)}"))
             del p[field]
-    if "source" in p and "requester" in p and p["source"] == p["requester"]:
+    # Host names are case-insensitive (DNS): 'sim-a' and 'SIM-A' would be one host twice.
+    if "source" in p and "requester" in p and p["source"].lower() == p["requester"].lower():
         violations.append(
             Violation(
                 "requester.distinct", "requester", p["requester"], "must name a different inventory host than source"

@@ -15,13 +15,18 @@ import json
 import os
 import time
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
-from ansible_collections.orbite.qualification.plugins.module_utils._build.manifest import sha256_file
+from ansible_collections.orbite.qualification.plugins.module_utils._common import names
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    atomic_write_json,
+    read_regular_bytes,
+)
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorClient,
     SupervisorError,
+    SupervisorRequestError,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import PinError, PinMismatch, pin_file
 
 PROTOCOL = "orbite-installed-host-v4"
 CASE_SCHEMA = ("orbite.runner-case", 1)
@@ -29,9 +34,9 @@ READY_NAME = "ready.json"
 LEDGER_NAME = "ledger.json"
 CASE_NAME = "case.json"
 ROLES = ("source", "requester")
-# Would turn an injected destroy EIO into success (DESIGN §7): never handed to a runner.
-FORBIDDEN_ENV = ("RDMAV_ALLOW_DISASSOC_DESTROY", "LD_PRELOAD")
 READY_POLL_S = 0.02
+# ready.json is a small object (pid, service address, ...): anything larger is not a ready file.
+READY_MAX_BYTES = 64 * 1024
 
 
 class RunnerError(OrbiteError):
@@ -45,22 +50,47 @@ class RunnerError(OrbiteError):
         self.details = details
 
 
+def check_names(params):
+    """Run, registration and RNIC names follow the one name grammar (they name files and locks)."""
+    checks = [("run_id", params.get("run_id")), ("registration_id", params.get("registration_id"))]
+    if params.get("peer_registration_id") is not None:
+        checks.append(("peer_registration_id", params["peer_registration_id"]))
+    for index, rail in enumerate(params.get("rails") or []):
+        checks.append((f"rails[{index}].device", rail.get("device") if isinstance(rail, dict) else rail))
+    for which in ("whitelist", "blacklist"):
+        for index, device in enumerate((params.get("discovery") or {}).get(which) or []):
+            checks.append((f"discovery.{which}[{index}]", device))
+    for index, tool in enumerate(params.get("observers") or []):
+        checks.append((f"observers[{index}]", tool))
+    for field, value in checks:
+        if not names.is_name(value):
+            raise RunnerError("bad_input", f"{field}={quote(value)}: must be {names.NAME_RULE}")
+
+
 def check_preload(libraries):
-    """Every LD_PRELOAD library must exist and match its pinned sha256 before it is loaded."""
-    paths = []
+    """Every LD_PRELOAD library must exist and match its pinned sha256.
+
+    This early check gives a clear error before anything is written; the supervisor checks the
+    hash again on the very bytes it preloads (a copy it makes, see _node/pinned.py).
+    """
+    pinned = []
     for index, entry in enumerate(libraries or []):
         field = f"ld_preload[{index}]"
         if not isinstance(entry, dict) or not entry.get("path") or not entry.get("sha256"):
-            raise RunnerError("bad_input", f"{field}={entry!r}: needs path and sha256 (only hash-pinned libraries)")
+            raise RunnerError("bad_input", f"{field}={quote(entry)}: needs path and sha256 (only hash-pinned "
+                                           "libraries)")
         path = entry["path"]
-        if not os.path.isabs(path) or not os.path.isfile(path):
-            raise RunnerError("bad_input", f"{field}.path={path!r}: must be an existing absolute file")
-        found = sha256_file(path)
-        if found != entry["sha256"]:
-            raise RunnerError("hash_mismatch", f"{field}.path={path}: sha256 {found} does not match the pinned "
-                                               f"{entry['sha256']}", path=path)
-        paths.append(path)
-    return paths
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise RunnerError("bad_input", f"{field}.path={quote(path)}: must be an existing absolute file")
+        try:
+            with pin_file(path, entry["sha256"], f"{field}.path"):
+                pass
+        except PinMismatch as error:
+            raise RunnerError("hash_mismatch", str(error), path=path) from None
+        except PinError as error:
+            raise RunnerError("bad_input", str(error), path=path) from None
+        pinned.append({"path": path, "sha256": entry["sha256"]})
+    return pinned
 
 
 def build_case(params):
@@ -109,13 +139,18 @@ def prepare_output(output_dir):
 
 
 def start(params, check_mode=False):
-    """Write the case file, launch the runner under the supervisor; for the source, wait until ready."""
+    """Write the case file, launch the runner under the supervisor; for the source, wait until ready.
+
+    The environment goes to the supervisor as given: it keeps only its allowlist (never an LD_* or
+    RDMAV_* variable but the pinned LD_PRELOAD) and says what it dropped (``env_stripped``).
+    """
+    check_names(params)
     case = build_case(params)
     preload = check_preload(params.get("ld_preload"))
     output_dir = params["output_dir"]
-    env = {k: v for k, v in (params.get("env") or {}).items() if k not in FORBIDDEN_ENV}
+    env = {str(k): str(v) for k, v in (params.get("env") or {}).items()}
     if check_mode:
-        return {"changed": True, "case": case, "ld_preload": preload}
+        return {"changed": True, "case": case, "ld_preload": [p["path"] for p in preload]}
     prepare_output(output_dir)
     case_path = os.path.join(output_dir, CASE_NAME)
     _write_private_json(case_path, case)
@@ -127,15 +162,50 @@ def start(params, check_mode=False):
     try:
         child = client.launch(argv, env=env, cwd=output_dir, ld_preload=preload,
                               stdout_path=os.path.join(output_dir, "runner.stdout"),
-                              stderr_path=os.path.join(output_dir, "runner.stderr"))
+                              stderr_path=os.path.join(output_dir, "runner.stderr"),
+                              exe_sha256=params.get("runner_sha256"))
+    except SupervisorRequestError as error:
+        code = error.code if error.code == "hash_mismatch" else "launch_failed"
+        raise RunnerError(code, f"the supervisor refused to launch the {case['role']} runner: {error}") from None
     except SupervisorError as error:
         raise RunnerError("launch_failed",
                           f"the supervisor refused to launch the {case['role']} runner: {error}") from None
+    stripped = child.pop("env_stripped", [])
     result = {"changed": True, "case_path": case_path, "output_dir": output_dir, "child": child,
-              "ledger": os.path.join(output_dir, LEDGER_NAME), "ready": None}
+              "ledger": os.path.join(output_dir, LEDGER_NAME), "ready": None, "env_stripped": stripped}
     if case["role"] == "source":
         result["ready"] = wait_ready(client, child, output_dir, params["ready_timeout"])
     return result
+
+
+def read_ready(ready_path):
+    """The ready file as an object; None while it is not complete yet (a partial JSON write).
+
+    A FIFO, device or symlink is never opened for reading, a file over READY_MAX_BYTES is not read,
+    and JSON that is complete but not an object is an error: RunnerError("ready_invalid"), never a
+    traceback or a hang.
+    """
+    try:
+        raw = read_regular_bytes(ready_path, READY_MAX_BYTES, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise RunnerError("ready_invalid", f"{ready_path}: cannot be read ({error.strerror or error})") from None
+    except OrbiteError as error:  # not a regular file, too large
+        raise RunnerError("ready_invalid", f"{error}; rule: a regular JSON file of at most {READY_MAX_BYTES} "
+                                           "bytes") from None
+    try:
+        ready = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RunnerError("ready_invalid", f"{ready_path}: is not UTF-8 text") from None
+    except RecursionError:
+        raise RunnerError("ready_invalid", f"{ready_path}: JSON nested too deeply") from None
+    except ValueError:
+        return None  # being written: read again
+    if not isinstance(ready, dict):
+        raise RunnerError("ready_invalid", f"{ready_path}: holds {quote(ready)}; rule: a JSON object "
+                                           "(pid, service_address, ...)")
+    return ready
 
 
 def wait_ready(client, child, output_dir, timeout):
@@ -143,11 +213,10 @@ def wait_ready(client, child, output_dir, timeout):
     ready_path = os.path.join(output_dir, READY_NAME)
     deadline = time.monotonic() + timeout
     while True:
-        if os.path.exists(ready_path):
-            with open(ready_path, encoding="utf-8") as handle:
-                ready = json.load(handle)
+        ready = read_ready(ready_path)
+        if ready is not None:
             if ready.get("pid") != child["pid"]:
-                raise RunnerError("ready_mismatch", f"{ready_path}: written by pid {ready.get('pid')}, "
+                raise RunnerError("ready_mismatch", f"{ready_path}: written by pid {quote(ready.get('pid'))}, "
                                                     f"the supervised source is pid {child['pid']}")
             return ready
         state = client.wait(child["child_id"], timeout=0)
@@ -156,8 +225,9 @@ def wait_ready(client, child, output_dir, timeout):
                               f"the source runner exited before it was ready (exit code {state.get('exit_code')}, "
                               f"signal {state.get('exit_signal_name')}); see {output_dir}/runner.stderr", child=state)
         if time.monotonic() > deadline:
-            raise RunnerError("ready_timeout", f"the source runner was not ready within {timeout} s "
-                                               f"(no {ready_path}); it is still running as pid {child['pid']}")
+            detail = f"{ready_path} is not complete JSON" if os.path.lexists(ready_path) else f"no {ready_path}"
+            raise RunnerError("ready_timeout", f"the source runner was not ready within {timeout} s ({detail}); "
+                                               f"it is still running as pid {child['pid']}")
         time.sleep(READY_POLL_S)
 
 

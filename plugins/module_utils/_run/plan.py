@@ -4,6 +4,11 @@
 
 One job, done before any node is touched: the verifier later reads exactly this plan (which cases
 must exist, which profile each ran), so it is written atomically and never mixed with another run.
+
+The run directory is private by default: receipts, inventories and verdicts name hosts, devices
+and addresses. Every directory this creates (the run directory, its missing parents, ``cases/`` and
+each case's) is 0700 and every file 0600; a run directory that already exists keeps the mode its
+owner gave it (an ``orbite_output_dir`` shared on purpose), while what is inside stays private.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    atomic_write_json,
+    read_regular_bytes,
+)
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 
 RUN_SCHEMA = ("orbite.run", 1)
 CASE_SCHEMA = ("orbite.case", 1)
@@ -25,8 +33,33 @@ class RunPlanError(OrbiteError):
     code = "run_plan.invalid"
 
 
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+PLAN_READ_LIMIT = 1 << 20  # an existing run.json is a few hundred bytes
+
+
 def _atomic_json(path, data):
-    atomic_write_json(path, data, mode=0o644)
+    atomic_write_json(path, data, mode=FILE_MODE)
+
+
+def make_private_dirs(path):
+    """Create ``path`` and its missing parents, each 0700 (os.makedirs gives parents 0777 & ~umask)."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            continue  # made meanwhile by someone else: keep its mode
+        os.chmod(directory, DIR_MODE)  # the umask may have taken bits we meant to keep (u+rwx)
 
 
 def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=()):
@@ -57,22 +90,25 @@ def write_plan(run_dir, run_id, cases, check_mode=False, **options):
     """Write the plan; returns changed. Refuses a directory holding another run's plan."""
     run, per_case = plan_documents(run_id, cases, **options)
     run_json = os.path.join(run_dir, "run.json")
-    if os.path.exists(run_json):
+    if os.path.lexists(run_json):
         try:
-            with open(run_json, encoding="utf-8") as handle:
-                existing = json.load(handle)
-        except (OSError, ValueError) as error:
+            existing = json.loads(read_regular_bytes(run_json, PLAN_READ_LIMIT).decode("utf-8"))
+        except (OSError, ValueError, RecursionError, OrbiteError) as error:
             raise RunPlanError(f"run_dir={run_dir}: run.json exists but cannot be read ({error})") from None
+        if not isinstance(existing, dict):
+            raise RunPlanError(f"run_dir={run_dir}: run.json holds {quote(existing)}, not a run plan; "
+                               "receipts of two runs must never mix")
         if existing.get("run_id") != run_id:
-            raise RunPlanError(f"run_dir={run_dir}: holds run {existing.get('run_id')!r}, not {run_id!r}; "
+            raise RunPlanError(f"run_dir={run_dir}: holds run {quote(existing.get('run_id'))}, not {run_id!r}; "
                                "receipts of two runs must never mix")
         if existing == run:
             return False
     if check_mode:
         return True
+    make_private_dirs(run_dir)
     for case_id, case in per_case.items():
         case_dir = os.path.join(run_dir, "cases", case_id)
-        os.makedirs(case_dir, mode=0o755, exist_ok=True)
+        make_private_dirs(case_dir)
         _atomic_json(os.path.join(case_dir, "case.json"), case)
     _atomic_json(run_json, run)  # last: a run.json always describes case dirs that exist
     return True

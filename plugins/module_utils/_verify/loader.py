@@ -3,30 +3,37 @@
 """Load the receipts of one qualification case for the verifier, never raising on bad input.
 
 The verifier shares no code with any runner: this reader is written from docs/receipts.md alone.
-A receipt that is missing, not JSON, of the wrong schema, truncated (a runner killed before its
-final write, an observer log without its summary line) or of the wrong shape becomes a
-``ReceiptProblem`` with a stable code; the rules that need that receipt are then skipped, so that
-exactly one coded FAIL names the broken receipt.
+Every file is read through reading.py (a regular file inside the run directory, size- and
+depth-capped). A receipt that is missing, unsafe, oversize, too deeply nested, not JSON, of the
+wrong schema, truncated (a runner killed before its final write, an observer log without its
+summary line) or of the wrong shape becomes a ``ReceiptProblem`` with a stable code; the rules
+that need that receipt are then skipped, so that exactly one coded FAIL names the broken receipt.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
+from operator import itemgetter
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import (
+    MAX_DOCUMENT_BYTES,
+    MAX_LOG_BYTES,
+    ReceiptProblem,
+    parse_json,
+    parse_json_lines,
+    problem_at,
+    read_bounded,
+)
+
+__all__ = ("ObserverLog", "Receipt", "ReceiptProblem", "load_journal", "load_json", "load_ledger",
+           "load_observer_log")
 
 LEDGER_SCHEMA = ("orbite.runner-ledger", 1)
 OBSERVER_SCHEMA = ("orbite.observer-log", 1)
 CASE_SCHEMA = ("orbite.case", 1)
+RUN_SCHEMA = ("orbite.run", 1)
 INVENTORY_SCHEMA = ("orbite.rdma-inventory", 1)
-MAX_RECEIPT_BYTES = 512 * 1024 * 1024
-
-
-@dataclass
-class ReceiptProblem:
-    code: str  # receipt.missing | receipt.malformed | receipt.schema | receipt.truncated | receipt.shape
-    path: str
-    message: str
 
 
 @dataclass
@@ -53,35 +60,26 @@ class ObserverLog:
         return self.problem is None
 
 
-def _read_text(path):
-    if not os.path.exists(path):
-        return None, ReceiptProblem("receipt.missing", path, "receipt is missing")
-    try:
-        if os.path.getsize(path) > MAX_RECEIPT_BYTES:
-            return None, ReceiptProblem("receipt.malformed", path, f"receipt is larger than {MAX_RECEIPT_BYTES} B")
-        with open(path, encoding="utf-8") as handle:
-            return handle.read(), None
-    except (OSError, UnicodeDecodeError) as error:
-        return None, ReceiptProblem("receipt.malformed", path, f"cannot be read: {error}")
+def _root(path, root):
+    # Without a run directory, a receipt must at least stay inside its own directory.
+    return root if root is not None else os.path.dirname(os.path.abspath(path))
 
 
-def load_json(path, schema=None) -> Receipt:
-    text, problem = _read_text(path)
+def load_json(path, schema=None, root=None, budget=None) -> Receipt:
+    data, problem = read_bounded(path, _root(path, root), MAX_DOCUMENT_BYTES, budget)
     if problem:
         return Receipt(path, problem=problem)
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        code = "receipt.truncated" if text.strip() and not text.rstrip().endswith("}") else "receipt.malformed"
-        return Receipt(path, problem=ReceiptProblem(code, path, f"is not valid JSON ({error})"))
-    if not isinstance(data, dict):
+    value, problem = parse_json(path, data, budget)
+    if problem:
+        return Receipt(path, problem=problem)
+    if not isinstance(value, dict):
         return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "is not a JSON object"))
-    if schema and (data.get("schema"), data.get("version")) != schema:
-        found = f"{data.get('schema')!r} v{data.get('version')!r}"
+    if schema and (value.get("schema"), value.get("version")) != schema:
+        found = f"{value.get('schema')!r} v{value.get('version')!r}"
         return Receipt(
             path, problem=ReceiptProblem("receipt.schema", path, f"schema {found}, expected {schema[0]!r} v{schema[1]}")
         )
-    return Receipt(path, data=data)
+    return Receipt(path, data=value)
 
 
 # --- shape checking: only the fields the rules read, so that a rule never meets a surprise ------
@@ -153,8 +151,37 @@ LEDGER_SHAPE = {
 }
 
 
+_EXACT = {INT: int, STR: str, BOOL: bool, LIST: list, DICT: dict}
+
+
+def _fast_check(shape):
+    """For a flat object shape, a check that passes the common case in C: fields present, each of
+    its exact type (JSON gives no subclasses). None for other shapes; a False asks for the full walk."""
+    if not (isinstance(shape, dict) and len(shape) > 1 and all(isinstance(v, str) and v in _EXACT
+                                                               for v in shape.values())):
+        return None
+    fields, expected = itemgetter(*shape), tuple(_EXACT[v] for v in shape.values())
+
+    def check(value):
+        try:
+            return tuple(map(type, fields(value))) == expected
+        except (KeyError, TypeError):
+            return False
+
+    return check
+
+
+_FAST = {}
+
+
 def shape_errors(value, shape, where="$", limit=5):
     """Paths where ``value`` lacks a field of ``shape`` or has the wrong type (first ``limit``)."""
+    key = id(shape)
+    if key not in _FAST:
+        _FAST[key] = (shape, _fast_check(shape))  # the shape itself kept alive, so its id stays its own
+    fast = _FAST[key][1]
+    if fast is not None and fast(value):
+        return []
     found = []
     _walk(value, shape, where, found, limit)
     return found
@@ -176,8 +203,12 @@ def _walk(value, shape, where, found, limit):
         if not isinstance(value, list):
             found.append(f"{where}: expected a list, found {type(value).__name__}")
             return
+        fast = _fast_check(shape[0])
         for index, item in enumerate(value):
-            _walk(item, shape[0], f"{where}[{index}]", found, limit)
+            if fast is None or not fast(item):  # a long list of flat objects (a ledger's WRs) checked in C
+                _walk(item, shape[0], f"{where}[{index}]", found, limit)
+                if len(found) >= limit:
+                    return
     else:
         expected = _TYPES[shape]
         wrong_bool = isinstance(value, bool) and shape in (INT, NUM)
@@ -185,8 +216,8 @@ def _walk(value, shape, where, found, limit):
             found.append(f"{where}: expected {shape}, found {type(value).__name__}")
 
 
-def load_ledger(path) -> Receipt:
-    receipt = load_json(path, LEDGER_SCHEMA)
+def load_ledger(path, root=None, budget=None) -> Receipt:
+    receipt = load_json(path, LEDGER_SCHEMA, root, budget)
     if not receipt.ok:
         return receipt
     problems = shape_errors(receipt.data, LEDGER_SHAPE)
@@ -213,37 +244,27 @@ _OBS_LINE = {
 }
 
 
-def _json_lines(path):
-    """(records as (line number, dict), None) or (None, ReceiptProblem); a last line cut short is truncated."""
-    text, problem = _read_text(path)
+def _json_lines(path, root, budget):
+    """(records as (line number, dict), None) or (None, ReceiptProblem)."""
+    data, problem = read_bounded(path, _root(path, root), MAX_LOG_BYTES, budget)
     if problem:
         return None, problem
-    records = []
-    lines = text.splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            cut_short = number == len(lines) and not text.endswith("\n")
-            return None, ProblemAt("receipt.truncated" if cut_short else "receipt.malformed", path, number,
-                                   "is not a JSON object line")
-        if not isinstance(record, dict):
-            return None, ProblemAt("receipt.malformed", path, number, "is not a JSON object")
-        records.append((number, record))
-    return records, None
+    return parse_json_lines(path, data, budget)
 
 
-def load_observer_log(path) -> ObserverLog:
+_OBS_FAST = {kind: _fast_check(shape) for kind, shape in _OBS_LINE.items()}
+
+
+def load_observer_log(path, root=None, budget=None) -> ObserverLog:
     log = ObserverLog(path)
-    records, log.problem = _json_lines(path)
+    records, log.problem = _json_lines(path, root, budget)
     if log.problem:
         return log
+    events = log.events
     for number, record in records:
         if log.header is None:
             if (record.get("schema"), record.get("version")) != OBSERVER_SCHEMA:
-                log.problem = ProblemAt(
+                log.problem = problem_at(
                     "receipt.schema",
                     path,
                     number,
@@ -254,20 +275,22 @@ def load_observer_log(path) -> ObserverLog:
             log.header = record
             continue
         kind = record.get("ev")
-        if kind not in _OBS_LINE:
-            log.problem = ProblemAt("receipt.shape", path, number, f"unknown event {kind!r}")
+        fast = _OBS_FAST.get(kind) if isinstance(kind, str) else None
+        if fast is None:
+            log.problem = problem_at("receipt.shape", path, number, f"unknown event {kind!r}")
             return log
-        errors = shape_errors(record, _OBS_LINE[kind], where=f"line {number}")
-        if errors:
-            log.problem = ReceiptProblem("receipt.shape", path, "; ".join(errors))
+        if not fast(record):  # the common case passes in C; the walk names what is wrong (or allows a None)
+            errors = shape_errors(record, _OBS_LINE[kind], where=f"line {number}")
+            if errors:
+                log.problem = ReceiptProblem("receipt.shape", path, "; ".join(errors))
+                return log
+        if log.summary is not None:
+            log.problem = problem_at("receipt.shape", path, number, "event after the summary line")
             return log
         if kind == "summary":
             log.summary = record
-        elif log.summary is not None:
-            log.problem = ProblemAt("receipt.shape", path, number, "event after the summary line")
-            return log
         else:
-            log.events.append(record)
+            events.append(record)
     if log.header is None:
         log.problem = ReceiptProblem("receipt.malformed", path, "observer log has no header line")
     elif log.summary is None:
@@ -277,13 +300,9 @@ def load_observer_log(path) -> ObserverLog:
     return log
 
 
-def ProblemAt(code, path, line, message):
-    return ReceiptProblem(code, path, f"line {line}: {message}")
-
-
-def load_journal(path) -> Receipt:
+def load_journal(path, root=None, budget=None) -> Receipt:
     """A supervisor journal: JSON lines; returned as {"header": first line, "events": [...]}."""
-    records, problem = _json_lines(path)
+    records, problem = _json_lines(path, root, budget)
     if problem:
         return Receipt(path, problem=problem)
     if not records:

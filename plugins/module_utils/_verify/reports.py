@@ -1,21 +1,33 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""Write a verdict as reports: JSON, JUnit XML and Markdown, each replaced atomically."""
+"""Write a verdict as reports: JSON, JUnit XML (ElementTree) and Markdown, each replaced atomically.
+
+No older verdict outlives a failed write: when the full reports cannot be written (a full disk),
+every older verdict file is removed first (which also frees its space) and a short form is
+written instead (the verdict, never PASS, its counts and failed codes with ``verdict.unwritable``,
+each case's verdict and failed codes, no finding text); when even that fails, no verdict file is
+left. Either way VerdictWriteError names why.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from xml.sax.saxutils import escape, quoteattr
+import xml.etree.ElementTree as ET
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
 
 STATUSES = PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+INCOMPLETE = "INCOMPLETE"
+KINDS = ("json", "junit", "markdown")
 
 
-def _atomic_write(path, text):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    atomic_write_text(path, text, mode=0o644)
+class VerdictWriteError(OrbiteError):
+    """The verdict could not be written at all; ``verdict`` is the verdict computed (set by the caller)."""
+
+    code = "verdict.unwritable"
+    verdict = None
 
 
 def report_paths(output_dir):
@@ -26,60 +38,195 @@ def report_paths(output_dir):
     }
 
 
+def render(verdict):
+    return {
+        "json": json.dumps(verdict, indent=2, sort_keys=True) + "\n",
+        "junit": junit_xml(verdict),
+        "markdown": markdown(verdict),
+    }
+
+
+def _write_all(paths, texts):
+    """{kind: OSError} of the reports that could not be written."""
+    failed = {}
+    for kind in KINDS:
+        try:
+            os.makedirs(os.path.dirname(paths[kind]) or ".", exist_ok=True)
+            atomic_write_text(paths[kind], texts[kind], mode=0o600)  # private like the run dir (docs/security.md)
+        except OSError as error:
+            failed[kind] = error
+    return failed
+
+
+def _remove(paths):
+    """Remove every report file; {path: OSError} of those that stayed."""
+    stayed = {}
+    for path in paths.values():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            stayed[path] = error
+    return stayed
+
+
+def _why(paths, failed):
+    return "; ".join(f"{os.path.basename(paths[kind])}: {error.strerror or error}" for kind, error in failed.items())
+
+
 def write_reports(verdict, output_dir):
+    """Write the three reports atomically; raise VerdictWriteError when the full reports cannot be written.
+
+    Then every older verdict file is removed first (it must never outlive this attempt, whatever it
+    said, and its space is freed) and the short form is written in its place if it fits: the same
+    verdict without finding text, never PASS (a PASS is only written with its full evidence).
+    """
     paths = report_paths(output_dir)
-    _atomic_write(paths["json"], json.dumps(verdict, indent=2, sort_keys=True) + "\n")
-    _atomic_write(paths["junit"], junit_xml(verdict))
-    _atomic_write(paths["markdown"], markdown(verdict))
-    return paths
+    failed = _write_all(paths, render(verdict))
+    if not failed:
+        return paths
+    reason = f"the full reports could not be written ({_why(paths, failed)})"
+    _remove(paths)
+    short = short_form(verdict, reason)
+    failed_short = _write_all(paths, render(short))
+    if not failed_short:
+        raise VerdictWriteError(f"cannot write the verdict under {output_dir}: {reason}; a short form "
+                                f"({short['verdict']}, never PASS) was written in its place", output_dir=output_dir)
+    stayed = _remove(paths)
+    message = f"cannot write the verdict under {output_dir}: {reason}, nor its short form; no verdict file is left"
+    if stayed:
+        message = (f"cannot write the verdict under {output_dir}: {reason}, nor its short form; and the older "
+                   f"{', '.join(sorted(stayed))} could not be removed: IT IS STALE, do not read it")
+    raise VerdictWriteError(message, output_dir=output_dir)
+
+
+def short_form(verdict, reason):
+    """What still fits when the full reports do not: no finding text, and never PASS."""
+    short = {key: verdict.get(key) for key in ("schema", "version", "run_id", "run_dir", "started_at",
+                                               "finished_at", "complete", "diagnostic_only", "verdict",
+                                               "planned_cases", "counts")}
+    short["reports_cut"] = reason
+    unwritable = {"code": "verdict.unwritable", "group": "run", "meaning": "", "status": FAIL,
+                  "message": reason, "evidence": None}
+    short["run_findings"] = [_short_finding(f) for f in verdict["run_findings"] if f["status"] == FAIL] + [unwritable]
+    short["failed_codes"] = [*verdict.get("failed_codes", []), "verdict.unwritable"]
+    if short["verdict"] == PASS:
+        short["verdict"] = FAIL
+    short["cases"] = [{"case": c["case"], "verdict": c["verdict"], "time": c.get("time", 0.0),
+                       "findings": [_short_finding(f) for f in c["findings"] if f["status"] == FAIL]}
+                      for c in verdict["cases"]]
+    return short
+
+
+def _short_finding(found):
+    return {"code": found["code"], "group": found["group"], "meaning": "", "status": found["status"],
+            "message": "", "evidence": None}
+
+
+# --- JUnit ------------------------------------------------------------------------------------
+
+
+def _seconds(value):
+    return f"{float(value or 0.0):.6f}"
+
+
+def _testcase(suite, classname, name, findings, seconds):
+    """One testcase: failure when any finding failed, skipped when all were skipped."""
+    case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=_seconds(seconds))
+    failed = [f for f in findings if f["status"] == FAIL]
+    if failed:
+        failure = ET.SubElement(case, "failure", message=", ".join(f["code"] for f in failed), type=failed[0]["code"])
+        failure.text = "\n".join(f"[{f['code']}] {f['message'] or f['meaning']}"
+                                 + (f" (evidence: {f['evidence']})" if f["evidence"] else "") for f in failed)
+        return "failure"
+    if findings and all(f["status"] == SKIP for f in findings):
+        ET.SubElement(case, "skipped", message=findings[0]["message"])
+        return "skipped"
+    return "pass"
+
+
+def _suite(parent, name, seconds):
+    return ET.SubElement(parent, "testsuite", name=name, tests="0", failures="0", errors="0", skipped="0",
+                         time=_seconds(seconds))
+
+
+def _count(element, outcomes):
+    element.set("tests", str(len(outcomes)))
+    element.set("failures", str(outcomes.count("failure")))
+    element.set("skipped", str(outcomes.count("skipped")))
 
 
 def junit_xml(verdict):
-    """One testsuite per case, one testcase per rule group; a group fails when any of its rules does."""
-    suites = []
+    """One testsuite for the run's own findings and one per planned case, one testcase per rule group.
+
+    A planned case not verified (INCOMPLETE) is a failing testcase, so no JUnit reader counts an
+    unfinished run as green.
+    """
+    run_id = str(verdict.get("run_id"))
+    root = ET.Element("testsuites", name=f"orbite {run_id}", tests="0", failures="0", errors="0", skipped="0",
+                      time=_seconds((verdict.get("finished_at") or 0) - (verdict.get("started_at") or 0)
+                                    if verdict.get("finished_at") else 0))
+    everything = []
+    run_findings = verdict.get("run_findings") or []
+    if run_findings:
+        suite = _suite(root, "run", 0)
+        outcomes = [_testcase(suite, "run", f["code"], [f], 0) for f in run_findings]
+        _count(suite, outcomes)
+        everything += outcomes
     for case in verdict["cases"]:
-        groups = {}
-        for finding in case["findings"]:
-            groups.setdefault(finding["group"], []).append(finding)
-        cases_xml = []
-        for group, findings in groups.items():
-            failed = [f for f in findings if f["status"] == FAIL]
-            skipped = all(f["status"] == SKIP for f in findings)
-            body = ""
-            if failed:
-                text = "\n".join(f"[{f['code']}] {f['message']} (evidence: {f['evidence']})" for f in failed)
-                body = f"<failure message={quoteattr(', '.join(f['code'] for f in failed))}>{escape(text)}</failure>"
-            elif skipped:
-                body = f"<skipped message={quoteattr(findings[0]['message'])}/>"
-            cases_xml.append(
-                f"    <testcase classname={quoteattr(case['case'])} name={quoteattr(group)}>{body}</testcase>"
-            )
-        failures = sum(1 for c in cases_xml if "<failure" in c)
-        suites.append(
-            f'  <testsuite name={quoteattr(case["case"])} tests="{len(cases_xml)}" '
-            f'failures="{failures}">\n' + "\n".join(cases_xml) + "\n  </testsuite>"
-        )
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<testsuites name={quoteattr('orbite ' + str(verdict['run_id']))}>\n" + "\n".join(suites) + "\n</testsuites>\n"
-    )
+        suite = _suite(root, case["case"], case.get("time", 0))
+        if case["verdict"] == INCOMPLETE:
+            pending = {"code": "run.incomplete", "status": FAIL, "message": "planned, not verified: the run did "
+                       "not finish (INCOMPLETE, not a PASS)", "meaning": "", "evidence": None}
+            outcomes = [_testcase(suite, case["case"], "verification", [pending], 0)]
+        else:
+            groups = {}
+            for found in case["findings"]:
+                groups.setdefault(found["group"], []).append(found)
+            outcomes = [_testcase(suite, case["case"], group, found, sum(f.get("time", 0) for f in found))
+                        for group, found in groups.items()]
+        _count(suite, outcomes)
+        everything += outcomes
+    _count(root, everything)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# --- Markdown -----------------------------------------------------------------------------------
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(verdict):
-    lines = [
-        f"# Verdict: {verdict['verdict']}" + (" (diagnostic only: dirty build)" if verdict["diagnostic_only"] else ""),
-        "",
+    counts = verdict.get("counts") or {}
+    title = f"# Verdict: {verdict['verdict']}" + (
+        " (diagnostic only: dirty build)" if verdict.get("diagnostic_only") else "")
+    lines = [title, ""]
+    if verdict["verdict"] == INCOMPLETE:
+        lines += [f"**INCOMPLETE, not a PASS**: {counts.get('cases_incomplete', 0)} of {counts.get('cases', 0)} "
+                  "planned case(s) not verified (the run did not finish, or is still going).", ""]
+    if verdict.get("reports_cut"):
+        lines += [f"Short form only: {verdict['reports_cut']}.", ""]
+    lines += [
         f"Run `{verdict['run_id']}`" + ("" if verdict["complete"] else " (incomplete: verdict so far)"),
         "",
-        f"{verdict['counts'].get('pass', 0)} rules passed, {verdict['counts'].get('fail', 0)} failed, "
-        f"{verdict['counts'].get('skip', 0)} skipped over {verdict['counts'].get('cases', 0)} case(s).",
+        f"{counts.get('pass', 0)} rules passed, {counts.get('fail', 0)} failed, {counts.get('skip', 0)} skipped "
+        f"over {counts.get('cases', 0)} planned case(s): {counts.get('cases_passed', 0)} passed, "
+        f"{counts.get('cases_failed', 0)} failed, {counts.get('cases_incomplete', 0)} not verified.",
         "",
     ]
-    for case in verdict["cases"]:
-        lines += [f"## {case['case']}: {case['verdict']}", "", "| rule | status | detail |", "|---|---|---|"]
-        for finding in case["findings"]:
-            detail = finding["message"] or finding["meaning"]
-            detail = detail.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| `{finding['code']}` | {finding['status']} | {detail} |")
+    sections = [("run", verdict["verdict"], verdict.get("run_findings") or [])]
+    sections += [(case["case"], case["verdict"], case["findings"]) for case in verdict["cases"]]
+    for name, status, findings in sections:
+        lines += [f"## {name}: {status}", ""]
+        if status == INCOMPLETE and name != "run":
+            lines += ["Not verified: the run did not finish.", ""]
+            continue
+        lines += ["| rule | status | detail |", "|---|---|---|"]
+        for found in findings:
+            lines.append(f"| `{found['code']}` | {found['status']} | {_cell(found['message'] or found['meaning'])} |")
         lines.append("")
     return "\n".join(lines)

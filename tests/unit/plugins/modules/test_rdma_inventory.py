@@ -2,11 +2,13 @@
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from helpers import bounded
 
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs as fs
 from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs as si
@@ -30,7 +32,7 @@ def test_save_writes_atomically_and_reports_change(tmp_path, sim_root):
     target = tmp_path / "out" / "inv.json"
     target.parent.mkdir()
     assert si.save_inventory(text, str(target), root=sim_root) is True
-    assert target.read_text() == text and (target.stat().st_mode & 0o777) == 0o644
+    assert target.read_text() == text and (target.stat().st_mode & 0o777) == 0o600  # names hosts, addresses
     assert si.save_inventory(text, str(target), root=sim_root) is False  # same content: unchanged
     assert os.listdir(target.parent) == ["inv.json"]  # no temporary file left behind
     saved = json.loads(target.read_text())
@@ -58,6 +60,45 @@ def test_save_refusals_name_the_path_and_rule(tmp_path, sim_root, where, message
     path = where.format(root=sim_root, tmp=tmp_path)
     with pytest.raises(si.InventorySaveError, match=message):
         si.save_inventory("{}\n", path, root=sim_root)
+
+
+def test_save_rewrites_a_same_content_file_that_is_not_private(tmp_path, sim_root):
+    # An inventory saved 0644 by an older version is made private, not kept because its text matches.
+    text = si.render_inventory(si.read_inventory(sim_root))
+    target = tmp_path / "inv.json"
+    target.write_text(text)
+    target.chmod(0o644)
+    assert si.save_inventory(text, str(target), root=sim_root) is True
+    assert (target.stat().st_mode & 0o777) == 0o600 and target.read_text() == text
+
+
+_SAVE_IN_CHILD = """
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs as si
+try:
+    si.save_inventory("{}\\n", sys.argv[1])
+    print(json.dumps("saved"))
+except si.InventorySaveError as error:
+    print(json.dumps([error.code, str(error)]))
+"""
+
+
+def test_save_to_a_fifo_is_refused_and_never_hangs(tmp_path):
+    fifo = tmp_path / "inv.json"
+    os.mkfifo(fifo)
+    run = bounded.run_bounded(_SAVE_IN_CHILD, timeout=20, args=[fifo])
+    assert not run.hung and run.returncode == 0, run.explain()
+    code, message = run.result
+    assert code == "inventory.error" and message.endswith("is a FIFO, not a regular file; refusing to replace it")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_save_replaces_a_link_without_writing_through_it(tmp_path, sim_root):
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    link = tmp_path / "inv.json"
+    link.symlink_to(victim)
+    assert si.save_inventory("{}\n", str(link), root=sim_root) is True
+    assert victim.read_text() == "keep\n" and not link.is_symlink() and link.read_text() == "{}\n"
 
 
 # ---------------------------------------------------------------- the module, through ansible-playbook
@@ -144,6 +185,7 @@ def test_module_through_ansible_playbook(tmp_path, sim_root, ansible_env, repo_r
     assert first["changed"] is True and first["save_to"]["written"] is True
     assert second["changed"] is False and second["save_to"]["written"] is False
     assert dry["inventory"] == first["inventory"] == json.loads((out / "inv.json").read_text())
+    assert stat.S_IMODE(os.stat(out / "inv.json").st_mode) == 0o600  # it names the host and its addresses
     assert first["inventory"]["node"]["hostname"] == "sim-a"
     assert results["missing"]["failed"] is True
     assert results["missing"]["msg"] == f"rdma_inventory: root '{out}/nowhere': does not exist or is not a directory"

@@ -10,10 +10,14 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import types
 
 import pytest
+from helpers import bounded
 from helpers.paths import COLLECTIONS, FIXTURES
 
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs as fs
@@ -65,11 +69,11 @@ def _fail_reads(monkeypatch, failures):
     """Make read_sysfs_file raise OSError(errno) for paths ending with the given suffixes."""
     real = si.read_sysfs_file
 
-    def fake(path):
+    def fake(path, *args):
         for suffix, code in failures.items():
             if path.endswith(suffix):
                 raise OSError(code, os.strerror(code), path)
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(si, "read_sysfs_file", fake)
 
@@ -396,3 +400,225 @@ def test_parse_cpulist():
     assert si.parse_cpulist("") == []
     with pytest.raises(si.FieldError, match="low <= high"):
         si.parse_cpulist("3-1")
+
+
+# ---------------------------------------------------------------- a hostile tree (issue 13)
+# The tree under root is input: on a lab node the module runs as root, and a fake or tampered tree
+# must not make it read outside root, hang, exhaust memory or crash. Hangs and blow-ups are run in a
+# child process under a memory limit and a timeout (helpers.bounded), so they fail, not hang.
+
+_READ_IN_CHILD = """
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs as si
+inventory = si.read_inventory(sys.argv[1])
+print(json.dumps({"errors": inventory["errors"], "numa": inventory["node"]["numa_nodes"],
+                  "text": si.render_inventory(inventory)}))
+"""
+
+
+def _read_bounded(root, memory=bounded.MEMORY, timeout=30):
+    run = bounded.run_bounded(_READ_IN_CHILD, memory=memory, timeout=timeout, args=[root])
+    assert not run.hung and run.returncode == 0, run.explain()
+    return run.result
+
+
+def _errors(inventory):
+    return [(e["path"], e["error"]) for e in inventory["errors"]]
+
+
+_CPU_RULE = f"expected CPU numbers below {si.CPU_LIMIT} (the most CPUs a Linux host can have)"
+
+
+def test_huge_cpulist_range_is_an_error_not_gibibytes(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    with open(os.path.join(root, "sys/devices/system/node/node0/cpulist"), "w") as handle:
+        handle.write("0-99999\n")  # a 5-digit range: past every CPU a Linux host can have
+    with open(os.path.join(root, "sys/class/infiniband/mlx5_0/device/local_cpulist"), "w") as handle:
+        handle.write("0-999999999\n")
+    result = _read_bounded(root, memory=256 << 20)
+    assert (
+        ("devices/mlx5_0/local_cpulist", "expected a cpulist like '0-3,8-11'"),
+        ("node/numa_nodes/0/cpulist", _CPU_RULE),
+    ) == tuple(_errors(result))
+    assert result["numa"]["0"] == {"cpulist": None} and result["numa"]["1"] == {"cpulist": "4-7"}
+
+
+def test_cpulist_bound_is_the_largest_nr_cpus():
+    assert si.parse_cpulist("0-8191")[-1] == 8191
+    with pytest.raises(si.FieldError, match="below 8192"):
+        si.parse_cpulist("8192")
+    with pytest.raises(si.FieldError, match="expected a cpulist"):
+        si.parse_cpulist("0-" + "9" * 5000)  # never reaches int(): 5000 digits is a ValueError there
+
+
+def _outside_secret(tmp_path):
+    secret = tmp_path / "outside" / "shadow"
+    secret.parent.mkdir()
+    secret.write_text("root:$6$SECRET-HASH:19000:0:99999:7:::\n")
+    return secret
+
+
+def test_file_linked_outside_root_is_not_read(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    secret = _outside_secret(tmp_path)
+    fw_ver = os.path.join(root, "sys/class/infiniband/mlx5_0/fw_ver")
+    os.unlink(fw_ver)
+    os.symlink(str(secret), fw_ver)
+    inventory = si.read_inventory(root)
+    assert _errors(inventory) == [("devices/mlx5_0/fw_ver", "link escapes root")]
+    assert inventory["devices"]["mlx5_0"]["fw_ver"] is None
+    assert "SECRET" not in si.render_inventory(inventory)
+
+
+def test_directory_linked_outside_root_is_neither_listed_nor_read(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    secret = _outside_secret(tmp_path)
+    # A class entry leading out of root: its files must not be read through it ...
+    outside_dev = tmp_path / "outside" / "mlx5_1"
+    outside_dev.mkdir()
+    for name in ("node_type", "node_guid", "sys_image_guid"):
+        (outside_dev / name).write_text(secret.read_text())
+    os.mkdir(outside_dev / "ports")
+    link = os.path.join(root, "sys/class/infiniband/mlx5_1")
+    os.unlink(link)
+    os.symlink(str(outside_dev), link)
+    # ... and a listed directory leading out of root is not listed.
+    outside_net = tmp_path / "outside" / "net"
+    (outside_net / "evil0").mkdir(parents=True)
+    shutil.rmtree(os.path.join(root, "sys/class/net"))
+    os.symlink(str(outside_net), os.path.join(root, "sys/class/net"))
+    inventory = si.read_inventory(root)
+    text = si.render_inventory(inventory)
+    assert "SECRET" not in text and "evil0" not in text
+    assert ("netdevs", "link escapes root") in _errors(inventory)
+    assert ("devices/mlx5_1/node_guid", "link escapes root") in _errors(inventory)
+    assert ("devices/mlx5_1/ports", "link escapes root") in _errors(inventory)
+
+
+def test_links_inside_root_are_followed(tmp_path):
+    # Real sysfs is full of links inside /sys: a file that is a link staying under root is read.
+    root = _host(tmp_path, _small_sim())
+    fw_ver = os.path.join(root, "sys/class/infiniband/mlx5_0/fw_ver")
+    real_dir = os.path.realpath(os.path.dirname(fw_ver))  # the class entry is itself a link
+    os.rename(fw_ver, os.path.join(root, "sys", "fw_ver.real"))
+    os.symlink(os.path.relpath(os.path.join(root, "sys", "fw_ver.real"), real_dir), fw_ver)
+    inventory = si.read_inventory(root)
+    assert inventory["errors"] == [] and inventory["devices"]["mlx5_0"]["fw_ver"] == "16.35.2000"
+
+
+def test_fifo_is_not_opened_and_never_hangs(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    fw_ver = os.path.join(root, "sys/class/infiniband/mlx5_0/fw_ver")
+    os.unlink(fw_ver)
+    os.mkfifo(fw_ver)
+    result = _read_bounded(root, timeout=20)
+    assert _errors(result) == [("devices/mlx5_0/fw_ver", "not a regular file (a FIFO)")]
+
+
+def test_fifo_swapped_in_after_the_check_never_hangs(tmp_path):
+    # The race: the path was a file when checked and is a FIFO when opened. The open is
+    # non-blocking and fstat-checked, so the reader still returns at once.
+    from ansible_collections.orbite.qualification.plugins.module_utils._common import files
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    fake = types.SimpleNamespace(st_mode=stat.S_IFREG | 0o644)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "stat", lambda *a, **k: fake if str(a[0]).endswith("fifo") else real_stat(*a, **k))
+        with pytest.raises(files.NotRegularFile, match="is a FIFO"):
+            files.read_regular_bytes(str(fifo), 100)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_device_node_is_not_read(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    fw_ver = os.path.join(root, "sys/class/infiniband/mlx5_0/fw_ver")
+    os.unlink(fw_ver)
+    os.mknod(fw_ver, stat.S_IFCHR | 0o444, os.makedev(1, 5))  # /dev/zero: endless NULs
+    inventory = si.read_inventory(root)
+    assert _errors(inventory) == [("devices/mlx5_0/fw_ver", "not a regular file (a character device)")]
+
+
+def test_file_over_the_read_limit_is_refused_whole(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    with open(os.path.join(root, "sys/class/infiniband/mlx5_0/fw_ver"), "w") as handle:
+        handle.write("1" * (si.READ_LIMIT + 1))  # cut at the limit, it would pass for a version
+    inventory = si.read_inventory(root)
+    assert _errors(inventory) == [("devices/mlx5_0/fw_ver", f"file larger than {si.READ_LIMIT} bytes")]
+
+
+@pytest.mark.parametrize("name", ["\u00b2", "\u0661", "01", "1 ", "port1"])
+def test_port_directory_that_is_not_an_ascii_number_is_an_error_entry(tmp_path, name):
+    root = _host(tmp_path, _small_sim())
+    os.mkdir(os.path.join(root, "sys/class/infiniband/mlx5_0/ports", name))
+    inventory = si.read_inventory(root)
+    assert _errors(inventory) == [
+        ("devices/mlx5_0/ports", "expected a port number (ASCII digits, no leading zero)")
+    ]
+    assert inventory["errors"][0]["value"] == name
+    assert list(inventory["devices"]["mlx5_0"]["ports"]) == ["1"]
+
+
+def test_gid_directory_names_are_parsed_strictly(tmp_path):
+    root = _host(tmp_path, _small_sim())
+    gids = os.path.join(root, PORT, "gids")
+    with open(os.path.join(gids, "\u00b2"), "w") as handle:
+        handle.write("fe80:0000:0000:0000:0000:0000:0000:0001\n")
+    with open(os.path.join(gids, "03"), "w") as handle:  # would be a second slot 3
+        handle.write("fe80:0000:0000:0000:0000:0000:0000:0002\n")
+    inventory = si.read_inventory(root)
+    port = inventory["devices"]["mlx5_0"]["ports"]["1"]
+    assert port["gid_tbl_len"] == 16 and [g["index"] for g in port["gids"]] == [0, 1, 2, 3]
+    assert sorted((e["file"].rsplit("/", 1)[1], e["error"]) for e in inventory["errors"]) == [
+        ("03", "expected a GID index number (ASCII digits, no leading zero)"),
+        ("\u00b2", "expected a GID index number (ASCII digits, no leading zero)"),
+    ]
+
+
+def test_numa_directory_with_other_digits_is_not_another_node(tmp_path):
+    # int() of an Arabic-Indic one is 1: 'node' + that digit read as node 1 would replace node1's cpulist.
+    root = _host(tmp_path, _small_sim())
+    for name in ("node\u0661", "node\u00b2", "node01"):
+        os.mkdir(os.path.join(root, "sys/devices/system/node", name))
+        with open(os.path.join(root, "sys/devices/system/node", name, "cpulist"), "w") as handle:
+            handle.write("99\n")
+    inventory = si.read_inventory(root)
+    assert inventory["node"]["numa_nodes"] == {"0": {"cpulist": "0-3"}, "1": {"cpulist": "4-7"}}
+    assert sorted(e["value"] for e in inventory["errors"]) == sorted(["01", "\u0661", "\u00b2"])
+    assert {e["error"] for e in inventory["errors"]} == {"expected a NUMA node number (ASCII digits, no leading zero)"}
+
+
+@pytest.mark.parametrize(
+    ("rel", "content", "rule"),
+    [
+        (f"{PORT}/state", "9" * 5000 + ": ACTIVE", "expected '<number>: <NAME>'"),  # int() refuses 4300+ digits
+        (f"{PORT}/state", "\u0664: ACTIVE", "expected '<number>: <NAME>'"),  # int() of an Arabic-Indic 4 is 4
+        (f"{PORT}/rate", "\u0661\u0660\u0660 Gb/sec (4X EDR)", "expected '<number> Gb/sec (<width>)'"),
+        (f"{PORT}/lid", "0x1_1", "expected a hexadecimal LID"),  # int('0x1_1', 16) == 17
+        (f"{PORT}/lid", "f" * 5000, "expected a hexadecimal LID"),
+        ("sys/class/net/ens1f0/mtu", "\u0661\u0665\u0660\u0660", "expected a decimal integer"),
+    ],
+)
+def test_numbers_in_files_are_bounded_ascii_digits(tmp_path, rel, content, rule):
+    spec = _small_sim()
+    spec["raw"] = {rel: content + "\n"}
+    inventory = si.read_inventory(_host(tmp_path, spec))
+    assert len(inventory["errors"]) == 1 and inventory["errors"][0]["error"].startswith(rule), inventory["errors"]
+
+
+def test_error_entry_value_is_cut(tmp_path):
+    spec = _small_sim()
+    spec["raw"] = {f"{PORT}/state": "x" * 10000 + "\n"}
+    inventory = si.read_inventory(_host(tmp_path, spec))
+    value = inventory["errors"][0]["value"]
+    assert len(value) == si.VALUE_LIMIT and value.endswith("...")
+
+
+def test_numa_node_minus_one_is_unknown_not_an_error(tmp_path):
+    # The kernel writes -1 for a device without NUMA affinity.
+    spec = _small_sim()
+    spec["raw"] = {"sys/class/infiniband/mlx5_0/device/numa_node": "-1\n"}
+    inventory = si.read_inventory(_host(tmp_path, spec))
+    assert inventory["errors"] == [] and inventory["devices"]["mlx5_0"]["numa_node"] is None
+    with pytest.raises(si.FieldError):
+        si.parse_int("-1")  # only where a negative minimum is given

@@ -150,3 +150,22 @@ def test_real_pyverbs_without_rdma_raises_and_is_skipped():
     result = json.loads(out.stdout)
     assert result["status"] == "skipped"
     assert result["reason"].startswith("pyverbs get_device_list raised PyverbsRDMAError")
+
+
+def test_device_name_that_is_not_utf8_is_compared_not_a_crash(monkeypatch, sim):
+    # pyverbs hands names over as bytes; a name that does not decode must not end the module.
+    _fake_pyverbs(monkeypatch, _sim_verbs())
+    monkeypatch.setattr(
+        sys.modules["fake_pyverbs_device"],
+        "get_device_list",
+        lambda: [types.SimpleNamespace(name=b"mlx5_0"), types.SimpleNamespace(name=b"mlx5_1"),
+                 types.SimpleNamespace(name=b"bad\xff")],
+    )
+    result = vc.verbs_crosscheck(sim, "/", module_name="fake_pyverbs_device")
+    assert result["mismatches"] == [{"path": "devices/bad\\xff", "sysfs": "absent", "verbs": "present"}]
+
+
+def test_pyverbs_error_text_is_cut(monkeypatch, sim):
+    _fake_pyverbs(monkeypatch, {}, list_error=OSError("x" * 100000))
+    result = vc.verbs_crosscheck(sim, "/", module_name="fake_pyverbs_device")
+    assert result["status"] == "skipped" and len(result["reason"]) < 300 and result["reason"].endswith("...")

@@ -4,6 +4,7 @@ Each test breaks one rule of supervisor_daemon.py / supervisor_client.py and see
 failure; the comment on each test names the code it guards.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -242,28 +243,59 @@ def test_stop_refuses_running_children_unless_forced(node):
     assert node.free("mlx5_0")
 
 
-def test_child_env_is_exact_stripped_and_preloaded(node, tmp_path):
-    # Guards op_launch: exact env, RDMAV_ALLOW_DISASSOC_DESTROY removed and journaled, LD_PRELOAD list.
+def _sha(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+# Everything here but ORBITE_X is off the allowlist: LD_AUDIT and LD_LIBRARY_PATH load code that no
+# pin covers, GCONV_PATH too (iconv modules), and an LD_PRELOAD of the caller's is not the pinned one.
+HOSTILE_ENV = {"ORBITE_X": "1", "RDMAV_ALLOW_DISASSOC_DESTROY": "1", "RDMAV_FORK_SAFE": "1",
+               "LD_AUDIT": "/tmp/audit.so", "LD_LIBRARY_PATH": "/tmp/evil", "LD_PRELOAD": "/tmp/evil.so",
+               "GCONV_PATH": "/tmp/gconv", "PYTHONPATH": "/tmp/py"}
+DROPPED = sorted(set(HOSTILE_ENV) - {"ORBITE_X"})
+
+
+def test_child_env_is_an_allowlist_and_the_preload_is_the_pinned_copy(node, tmp_path):
+    # Guards op_launch: the env allowlist (every LD_*/RDMAV_* dropped and journaled) and LD_PRELOAD
+    # naming the supervisor's hash-checked copy of the library, never the library's path.
     lib = os.path.realpath("/lib/x86_64-linux-gnu/libm.so.6")
     if not os.path.isfile(lib):
         pytest.skip("no libm to preload on this machine")
     _, client = node.start()
     out = tmp_path / "env.json"
-    child = client.launch(
-        [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"],
-        env={"ORBITE_X": "1", "RDMAV_ALLOW_DISASSOC_DESTROY": "1"},
-        ld_preload=[lib], stdout_path=str(out), cwd=str(tmp_path),
-    )
-    assert child["env_stripped"] == ["RDMAV_ALLOW_DISASSOC_DESTROY"]
+    # /proc/self/environ is what exec gave the child (Python adds LC_CTYPE to os.environ itself).
+    script = ("import hashlib, json, os; p = os.environ.get('LD_PRELOAD', '');"
+              "env = dict(e.split('=', 1) for e in open('/proc/self/environ').read().split(chr(0)) if e);"
+              "print(json.dumps({'env': env, 'sha': hashlib.sha256(open(p, 'rb').read()).hexdigest()"
+              " if p else None, 'maps': open('/proc/self/maps').read()}))")
+    child = client.launch([sys.executable, "-c", script], env=dict(HOSTILE_ENV),
+                          ld_preload=[{"path": lib, "sha256": _sha(lib)}], stdout_path=str(out), cwd=str(tmp_path))
+    assert child["env_stripped"] == DROPPED
     assert client.wait(child["child_id"], timeout=10)["exit_code"] == 0
     seen = json.loads(out.read_text())
-    assert seen.get("ORBITE_X") == "1" and seen.get("LD_PRELOAD") == lib
-    assert "RDMAV_ALLOW_DISASSOC_DESTROY" not in seen
-    assert "PATH" not in seen  # nothing inherited from the supervisor
+    assert set(seen["env"]) == {"ORBITE_X", "LD_PRELOAD"}  # nothing inherited, nothing off the list
+    assert seen["env"]["LD_PRELOAD"].startswith("/proc/self/fd/") and seen["sha"] == _sha(lib)
+    assert "orbite-pinned" in seen["maps"] and lib not in seen["maps"]  # the sealed copy was mapped
     start = events(client.journal_path, "child_start")[0]
-    assert start["env_stripped"] == ["RDMAV_ALLOW_DISASSOC_DESTROY"]
-    assert start["env_keys"] == ["LD_PRELOAD", "ORBITE_X"] and start["ld_preload"] == [lib]
+    assert start["env_stripped"] == DROPPED and start["env_keys"] == ["LD_PRELOAD", "ORBITE_X"]
+    assert [(p["path"], p["sha256"]) for p in start["ld_preload"]] == [(lib, _sha(lib))]
+    assert start["ld_preload"][0]["loaded_as"] == seen["env"]["LD_PRELOAD"]
     assert start["argv"][0] == sys.executable and start["pid"] == child["pid"]
+    client.stop()
+
+
+def test_preload_whose_hash_differs_is_refused_and_nothing_runs(node, tmp_path):
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"\x7fELF not the pinned bytes")
+    marker = tmp_path / "ran"
+    _, client = node.start()
+    with pytest.raises(SupervisorRequestError) as caught:
+        client.launch([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                      ld_preload=[{"path": str(lib), "sha256": "0" * 64}])
+    assert caught.value.code == "hash_mismatch" and "does not match the pinned" in str(caught.value)
+    assert not marker.exists() and client.status()["children"] == []
+    assert events(client.journal_path, "child_launch_failed")[0]["error"] == "hash_mismatch"
     client.stop()
 
 
@@ -272,13 +304,18 @@ def test_child_env_is_exact_stripped_and_preloaded(node, tmp_path):
     [
         ({"argv": "/bin/sh -c true"}, "argv '/bin/sh -c true': must be a non-empty list"),
         ({"argv": ["sh", "-c", "true"]}, "argv[0] 'sh': must be the absolute path"),
-        ({"env": {"LD_PRELOAD": "/x.so"}}, "env[LD_PRELOAD]"),
         ({"env": {"BAD KEY": "1"}}, "env key 'BAD KEY'"),
-        ({"ld_preload": ["relative.so"]}, "ld_preload[0] 'relative.so': must be an absolute path"),
-        ({"ld_preload": ["/nonexistent/lib.so"]}, "ld_preload[0] /nonexistent/lib.so: must be an existing regular"),
-        ({"ld_preload": ["/tmp"]}, "ld_preload[0] /tmp: must be an existing regular"),
-        ({"ld_preload": ["/a:b.so"]}, "must not contain spaces or colons"),
-        ({"cwd": "/nonexistent-dir"}, "cwd /nonexistent-dir"),
+        ({"env": {"ORBITE_X\n": "1"}}, "env key 'ORBITE_X\\n'"),  # full match: no trailing newline
+        ({"ld_preload": ["/usr/lib/x.so"]}, "must be {path, sha256} (only hash-pinned"),
+        ({"ld_preload": [{"path": "relative.so", "sha256": "0" * 64}]},
+         "ld_preload[0].path 'relative.so': must be an absolute path"),
+        ({"ld_preload": [{"path": "/nonexistent/lib.so", "sha256": "0" * 64}]},
+         "ld_preload[0].path '/nonexistent/lib.so': must be an existing regular"),
+        ({"ld_preload": [{"path": "/tmp", "sha256": "0" * 64}]}, "ld_preload[0].path '/tmp': must be an existing"),
+        ({"ld_preload": [{"path": "/a:b.so", "sha256": "0" * 64}]}, "must not contain spaces or colons"),
+        ({"ld_preload": [{"path": "/etc/hostname", "sha256": "0" * 63 + "\n"}]}, "ld_preload[0].sha256"),
+        ({"exe_sha256": "A" * 64}, "exe_sha256 'AAAA"),
+        ({"cwd": "/nonexistent-dir"}, "cwd '/nonexistent-dir'"),
     ],
 )
 def test_launch_bad_input_is_refused_by_client_and_supervisor(node, kwargs, needle):
@@ -289,7 +326,8 @@ def test_launch_bad_input_is_refused_by_client_and_supervisor(node, kwargs, need
     with pytest.raises(SupervisorInputError) as caught:
         client.launch(**args)
     assert needle in str(caught.value)
-    raw = {"op": "launch", "env": {}, "ld_preload": [], "cwd": None, "stdout_path": None, "stderr_path": None}
+    raw = {"op": "launch", "env": {}, "ld_preload": [], "cwd": None, "stdout_path": None, "stderr_path": None,
+           "exe_sha256": None}
     raw.update(args)
     with pytest.raises(SupervisorRequestError) as caught:  # bypass the client: the supervisor refuses too
         client.request(raw)
@@ -305,7 +343,7 @@ def test_symlinked_preload_is_refused(node, tmp_path):
     link.symlink_to(lib)
     _, client = node.start()
     with pytest.raises(SupervisorInputError, match="not a symlink"):
-        client.launch([sys.executable, "-c", "pass"], ld_preload=[str(link)])
+        client.launch([sys.executable, "-c", "pass"], ld_preload=[{"path": str(link), "sha256": _sha(lib)}])
     client.stop()
 
 

@@ -1,6 +1,7 @@
 """Profile model: seed workloads, one red check per rule of every mode, and fuzzing."""
 
 import json
+import os
 import time
 
 import pytest
@@ -60,6 +61,9 @@ RED_CHECKS = [
     ("installed-host", {"mask": DROP}, "mask.missing"),
     ("installed-host", {"source": ""}, "source.type"),
     ("installed-host", {"requester": 7}, "requester.type"),
+    # host names: the collection's grammar (ASCII, full match, bounded)
+    ("installed-host", {"source": "sim-a\nsim-b"}, "source.hostname"),
+    ("installed-host", {"requester": "sim-\u202eb"}, "requester.hostname"),  # right-to-left override
     ("installed-host", {"parents": [16]}, "parents.type"),
     ("installed-host", {"parents": True}, "parents.type"),
     ("installed-host", {"payload": 1.5}, "payload.type"),
@@ -452,13 +456,154 @@ def test_a_huge_value_is_named_not_printed():
     [
         '{"parents": ' + "1" * 5000 + "}",  # past Python's int digit limit
         "parents: " + "1" * 5000,
-        "[" * 100_000,  # nested past the recursion limit
-        "a: " + "[" * 100_000,
     ],
-    ids=["json-5000-digits", "yaml-5000-digits", "json-deep", "yaml-deep"],
+    ids=["json-5000-digits", "yaml-5000-digits"],
 )
 def test_text_the_parsers_refuse_is_a_syntax_violation(text):
     with pytest.raises(pm.ProfileError) as caught:
         pm.load_and_derive(profile=text)
     assert [v.code for v in caught.value.violations] == ["profile.syntax"]
     assert len(str(caught.value)) < 600
+
+
+
+# --- hostile input (issue 13): bounded loading, every refusal a coded violation -----------------
+
+from helpers import bounded  # noqa: E402 - the section's own helper
+
+# The classic "billion laughs": 9 levels of 9 aliases, about 340 bytes, 9**9 strings once expanded.
+ALIAS_BOMB = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+)
+
+_LOAD_IN_CHILD = """
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model as pm
+text = sys.stdin.read() if sys.argv[1] == "-" else None
+try:
+    pm.load_and_derive(profile=text) if text is not None else pm.load_and_derive(path=sys.argv[1])
+    print(json.dumps("valid"))
+except pm.ProfileError as error:
+    print(json.dumps({"codes": [v.code for v in error.violations], "message": str(error),
+                      "violations": [v.as_dict() for v in error.violations]}))
+"""
+
+
+def _codes(call):
+    with pytest.raises(pm.ProfileError) as caught:
+        call()
+    return [v.code for v in caught.value.violations], caught.value
+
+
+def test_alias_bomb_is_refused_before_it_expands():
+    assert len(ALIAS_BOMB) < 400
+    run = bounded.run_bounded(
+        _LOAD_IN_CHILD.replace("sys.stdin.read()", repr(ALIAS_BOMB)), memory=256 << 20, timeout=30, args=["-"]
+    )
+    assert not run.hung and run.returncode == 0, run.explain()
+    assert run.result["codes"] == ["profile.yaml_alias"]
+    assert len(run.result["message"]) < 400
+
+
+@pytest.mark.parametrize("text", [
+    "source: &h sim-a\nrequester: *h\n",
+    "base: &b {mode: installed-host}\nother: *b\n",
+    "<<: {mode: installed-host}\nsource: a\n",  # a merge key without an alias
+])
+def test_yaml_aliases_and_merge_keys_are_refused(text):
+    codes, _ = _codes(lambda: pm.load_and_derive(profile=text))
+    assert codes == ["profile.yaml_alias"]
+
+
+def _text(profile, fmt):
+    if fmt == "json":
+        return json.dumps(profile)
+    return "".join(f"{k}: {json.dumps(v)}\n" for k, v in profile.items())
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_key_given_twice_is_refused_not_last_wins(fmt):
+    text = _text(VALID["installed-host"], fmt)
+    twice = text[:-1] + ', "mode": "installed-restart"}' if fmt == "json" else text + "mode: installed-restart\n"
+    codes, error = _codes(lambda: pm.load_and_derive(profile=twice))
+    assert codes == ["profile.duplicate_key"]
+    assert error.violations[0].value == "mode" and "'mode' appears twice" in error.violations[0].rule
+
+
+def test_a_duplicate_key_in_a_file_is_refused(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(VALID["installed-host"])[:-1] + ', "parents": 1}')
+    assert _codes(lambda: pm.load_and_derive(path=str(path)))[0] == ["profile.duplicate_key"]
+
+
+@pytest.mark.parametrize(("make", "code"), [
+    (lambda: '{"mode": ' + "[" * 1000 + "]" * 1000 + "}", "profile.nesting"),  # JSON, 1000 levels
+    (lambda: "mode: " + "[" * 1000 + "]" * 1000 + "\n", "profile.nesting"),  # YAML flow, 1000 levels
+    (lambda: "".join(" " * i + f"k{i}:\n" for i in range(200)), "profile.nesting"),  # YAML block
+    (lambda: "[" * 50_000, "profile.nesting"),  # unclosed, past the recursion limit
+    (lambda: "[" * 100_000, "profile.size"),
+    (lambda: json.dumps(dict(VALID["installed-host"], pad="x" * pm.MAX_PROFILE_BYTES)), "profile.size"),
+])
+def test_nesting_and_size_are_bounded(make, code):
+    started = time.perf_counter()
+    codes, error = _codes(lambda: pm.load_and_derive(profile=make()))
+    assert codes == [code] and len(str(error)) < 600
+    assert time.perf_counter() - started < 5
+
+
+def test_a_deep_mapping_from_a_playbook_is_a_nesting_violation():
+    value = []
+    for _ in range(1000):
+        value = [value]
+    codes, _ = _codes(lambda: pm.validate_profile(dict(VALID["installed-host"], source=value)))
+    assert codes == ["profile.nesting"]
+
+
+def test_a_mapping_with_100k_keys_is_one_size_violation():
+    profile = dict(VALID["installed-host"], **{f"k{i}": i for i in range(100_000)})
+    codes, error = _codes(lambda: pm.validate_profile(profile))
+    assert codes == ["profile.size"] and len(str(error)) < 600
+
+
+@pytest.mark.parametrize("name", [
+    "sim\x00a", "sim-a\n", "sim-a\nsim-b", "sim-\u202eb", "x" * 100_000, "sim a", "../sim-a", "s\u0456m-a",
+])
+def test_host_names_follow_the_name_grammar(name):
+    codes, error = _codes(lambda: pm.validate_profile(dict(VALID["installed-host"], source=name)))
+    assert codes == ["source.hostname"]
+    violation = error.violations[0]
+    assert violation.rule == pm.HOST_RULE and len(violation.message) < 600
+    assert len(json.dumps(violation.as_dict())) < 1200  # the value is cut, in the message and the field
+
+
+@pytest.mark.parametrize(("given", "kept"), [
+    (" sim-a\t", "sim-a"), ("node_7", "node_7"), ("h1.lab.example", "h1.lab.example"),
+])
+def test_inventory_host_names_are_accepted(given, kept):
+    assert pm.validate_profile(dict(VALID["installed-host"], source=given))["source"] == kept
+
+
+def test_host_names_differing_only_by_case_are_one_host():
+    codes, _ = _codes(lambda: pm.validate_profile(dict(VALID["installed-host"], source="SIM-A", requester="sim-a")))
+    assert codes == ["requester.distinct"]
+
+
+def test_violation_values_are_cut():
+    codes, error = _codes(lambda: pm.validate_profile(dict(VALID["installed-host"], surprise="z" * 100_000)))
+    assert codes == ["profile.unknown_field"]
+    value = error.violations[0].as_dict()["value"]
+    assert isinstance(value, str) and len(value) <= 200
+
+
+def test_a_fifo_profile_file_is_refused_not_a_hang(tmp_path):
+    fifo = tmp_path / "profile.json"
+    os.mkfifo(fifo)
+    run = bounded.run_bounded(_LOAD_IN_CHILD, timeout=20, args=[fifo])
+    assert not run.hung and run.returncode == 0, run.explain()
+    assert run.result["codes"] == ["profile.file"] and "is a FIFO" in run.result["message"]
+
+
+def test_a_huge_profile_file_is_refused(tmp_path):
+    path = tmp_path / "p.yml"
+    path.write_text("# padding\n" * 10_000)
+    codes, _ = _codes(lambda: pm.load_and_derive(path=str(path)))
+    assert codes == ["profile.size"]

@@ -1,8 +1,11 @@
 """run_plan: the run directory's plan is written whole, checked, and never mixed with another run."""
 
 import json
+import os
+import stat
 
 import pytest
+from helpers import bounded
 
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
 
@@ -40,3 +43,56 @@ def test_bad_cases_are_named(tmp_path, cases, message):
     with pytest.raises(RunPlanError, match=message):
         write_plan(str(tmp_path), "run-1", cases)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the run directory is private by default (issue 13) ----------------------------------------
+
+def _mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_run_directory_and_plan_are_private(tmp_path):
+    # <work>/runs/<run id> with neither yet made: every directory made is 0700, every file 0600,
+    # whatever the umask lets through (os.makedirs would give the parents 0755).
+    run_dir = tmp_path / "work" / "runs" / "run-1"
+    old = os.umask(0o022)
+    try:
+        write_plan(str(run_dir), "run-1", [{"id": "a", "profile": PROFILE}])
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "work", tmp_path / "work" / "runs", run_dir, run_dir / "cases",
+                      run_dir / "cases" / "a"):
+        assert _mode(directory) == 0o700, directory
+    assert _mode(run_dir / "run.json") == 0o600 and _mode(run_dir / "cases" / "a" / "case.json") == 0o600
+
+
+def test_an_existing_run_directory_keeps_its_owners_mode(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    write_plan(str(shared), "run-1", [{"id": "a", "profile": PROFILE}])
+    assert _mode(shared) == 0o755 and _mode(shared / "cases") == 0o700 and _mode(shared / "run.json") == 0o600
+
+
+@pytest.mark.parametrize("content", ["[]", '"run-1"', "null", "[" * 100_000])
+def test_a_run_json_that_is_not_a_plan_is_refused_by_name(tmp_path, content):
+    (tmp_path / "run.json").write_text(content)
+    with pytest.raises(RunPlanError, match=r"run\.json"):
+        write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}])
+
+
+_PLAN_IN_CHILD = """
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
+try:
+    write_plan(sys.argv[1], "run-1", [{"id": "a", "profile": {"source": "sim-a"}}])
+    print(json.dumps("written"))
+except RunPlanError as error:
+    print(json.dumps(str(error)))
+"""
+
+
+def test_a_run_json_that_is_a_fifo_is_refused_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "run.json")
+    run = bounded.run_bounded(_PLAN_IN_CHILD, timeout=20, args=[tmp_path])
+    assert not run.hung and run.returncode == 0, run.explain()
+    assert "run.json exists but cannot be read" in run.result and "is a FIFO" in run.result

@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""The verifier's rules, one module per group; importing this package registers every code.
+
+A new rule goes into its group's module (or a new module imported below), beside its check:
+
+    @rule("group.name", "group", "PASS when ...", witness=("journal",), needs=("ledgers", "journals"))
+    def check_something(case):
+        return [(message, evidence path), ...]   # empty: PASS
+
+The import order below is the order the codes are reported in and documented (docs/verifier.md,
+scripts/verifier_codes_table.py): the plan's codes, the receipts', then the rules by group. A rule
+can be masked (``after``) only by rules registered before it.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import REGISTRY
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import (  # noqa: F401 - registers
+    plan,
+    receipts,
+    ledger,
+    counters,
+    qps,
+    mrs,
+    rendezvous,
+    accounting,
+    journal,
+    discovery,
+)
+
+RULES = REGISTRY.rules()
+RECEIPT_CODES = tuple(entry.code for entry in REGISTRY if entry.group == "receipts")

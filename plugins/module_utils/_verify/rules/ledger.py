@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Ledger rules: each runner's ledger, against the plan, the profile and the peer's ledger."""
+
+from __future__ import annotations
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import each_ledger, rounds
+
+
+def _recorded_check_failures(ledger):
+    """Failed checks a runner records itself (each has a rule of its own)."""
+    failed = 0
+    for rnd in ledger["rounds"]:
+        for parent in rnd["parents"]:
+            for check in ("byte_check", "guard_check"):
+                if isinstance(parent.get(check), dict) and parent[check].get("ok") is False:
+                    failed += 1
+        if not rnd["drain"]["drained"]:
+            failed += 1
+    return failed
+
+
+def _destination_parents(case):
+    for role, generation, rnd, where in rounds(case, (case.destination_role(),)):
+        for index, parent in enumerate(rnd["parents"]):
+            yield role, generation, rnd, parent, f"{where}.parents[{index}]"
+
+
+@rule("ledger.identity", "ledger", "each ledger is of the case's role, generation, mode and profile", witness=("plan",))
+def check_identity(case):
+    problems = []
+    expected = {
+        "mode": case.profile["mode"],
+        "operation": case.profile["operation"],
+        "progress": case.workload["progress"],
+    }
+    for role, generation, ledger, path in each_ledger(case):
+        wanted = dict(expected, role=role, generation=generation)
+        for key, value in wanted.items():
+            if ledger.get(key) != value:
+                problems.append((f"{role} g{generation}: {key} is {ledger.get(key)!r}, expected {value!r}", path))
+        for key in ("parents", "payload", "block", "num_lanes", "mask", "operation", "rdma_events"):
+            if ledger["profile"].get(key) != case.profile[key]:
+                problems.append(
+                    (
+                        f"{role} g{generation}: profile.{key} is {ledger['profile'].get(key)!r}, "
+                        f"the case says {case.profile[key]!r}",
+                        path,
+                    )
+                )
+    return problems
+
+
+@rule("ledger.exit", "ledger",
+      "each runner ran to its end (exit 0, or 1 with its failed check recorded)",
+      witness=("runner",))
+def check_exit(case):
+    """Each runner ran to its end. Exit 1 ("a check of mine failed") is accepted only when the
+    failed check is in the ledger, where its own rule reports it."""
+    problems = []
+    for role, generation, ledger, path in each_ledger(case):
+        status, code = ledger["status"], ledger.get("exit_code")
+        explained = status == "failed" and code == 1 and _recorded_check_failures(ledger) > 0
+        if (status, code) != ("complete", 0) and not explained:
+            problems.append(
+                (
+                    f"{role} g{generation}: status {status!r}, exit code {code!r} (expected 'complete', 0, "
+                    "or exit 1 with a failed check in the ledger)",
+                    path,
+                )
+            )
+    return problems
+
+
+@rule("ledger.rounds", "ledger", "three rounds per generation, numbered 1..3", witness=("profile",))
+def check_rounds(case):
+    problems = []
+    wanted = list(range(1, case.workload["rounds_per_generation"] + 1))
+    for role, generation, ledger, path in each_ledger(case):
+        numbers = [rnd["round"] for rnd in ledger["rounds"]]
+        if numbers != wanted:
+            problems.append((f"{role} g{generation}: rounds {numbers}, expected {wanted}", path))
+    return problems
+
+
+@rule("ledger.fresh_input", "ledger", "a new input seed every round, agreed by both peers", witness=("peer",))
+def check_fresh_input(case):
+    problems = []
+    seen = {}
+    for generation in case.generations():
+        data_side = case.ledger(case.data_role(), generation)
+        other = case.ledger("requester" if case.data_role() == "source" else "source", generation)
+        path = case.ledger_path(case.data_role(), generation)
+        for index, rnd in enumerate(data_side["rounds"]):
+            seed = rnd["input_seed"]
+            where = f"{path}#rounds[{index}].input_seed"
+            if seed in seen:
+                problems.append(
+                    (
+                        f"g{generation} round {rnd['round']}: input seed {seed} already used in "
+                        f"{seen[seed]}: input is not fresh",
+                        where,
+                    )
+                )
+            seen.setdefault(seed, f"g{generation} round {rnd['round']}")
+            peer_rounds = [r for r in other["rounds"] if r["round"] == rnd["round"]]
+            if peer_rounds and peer_rounds[0]["input_seed"] != seed:
+                problems.append(
+                    (
+                        f"g{generation} round {rnd['round']}: peers disagree on the input seed "
+                        f"({seed} vs {peer_rounds[0]['input_seed']})",
+                        where,
+                    )
+                )
+    return problems
+
+
+@rule("ledger.bytes", "ledger", "every destination byte was checked and matched", witness=("runner",))
+def check_bytes(case):
+    problems = []
+    payload = case.profile["payload"]
+    for _role, generation, rnd, parent, where in _destination_parents(case):
+        check = parent.get("byte_check")
+        label = f"g{generation} round {rnd['round']} parent {parent['parent']}"
+        if not isinstance(check, dict):
+            problems.append((f"{label}: no byte check recorded on the destination side", where))
+        elif check.get("checked_bytes") != payload or check.get("mismatched_bytes") != 0 or check.get("ok") is not True:
+            problems.append(
+                (
+                    f"{label}: byte check {check.get('checked_bytes')!r} checked of {payload}, "
+                    f"{check.get('mismatched_bytes')!r} mismatched (first at {check.get('first_mismatch')!r})",
+                    where,
+                )
+            )
+    return problems
+
+
+@rule("ledger.guards", "ledger", "every guard around every destination was checked and unchanged", witness=("runner",))
+def check_guards(case):
+    problems = []
+    for _role, generation, rnd, parent, where in _destination_parents(case):
+        check = parent.get("guard_check")
+        label = f"g{generation} round {rnd['round']} parent {parent['parent']}"
+        if not isinstance(check, dict):
+            problems.append((f"{label}: no guard check recorded on the destination side", where))
+            continue
+        guard = check.get("guard_bytes")
+        changed = (check.get("leading_changed"), check.get("trailing_changed"))
+        if not isinstance(guard, int) or guard <= 0 or changed != (0, 0) or check.get("ok") is not True:
+            problems.append((f"{label}: guards of {guard!r} B, changed leading/trailing {changed}", where))
+    return problems
+
+
+@rule("ledger.parents", "ledger",
+      "every parent completed with all its bytes",
+      witness=("profile",), after=("ledger.bytes", "ledger.guards"))
+def check_parents_completed(case):
+    problems = []
+    payload, parents = case.profile["payload"], case.profile["parents"]
+    for _role, generation, rnd, where in rounds(case, ("requester",)):
+        label = f"g{generation} round {rnd['round']}"
+        numbers = sorted(p["parent"] for p in rnd["parents"])
+        if numbers != list(range(parents)):
+            problems.append((f"{label}: parents {numbers}, expected 0..{parents - 1}", where))
+        for parent in rnd["parents"]:
+            observed = (parent["status"], parent["requested_bytes"], parent["completed_bytes"])
+            if observed != ("Completed", payload, payload):
+                problems.append(
+                    (
+                        f"{label} parent {parent['parent']}: {parent['status']}, "
+                        f"{parent['completed_bytes']}/{parent['requested_bytes']} B of {payload}",
+                        where,
+                    )
+                )
+    return problems
+
+
+@rule("ledger.drain", "ledger", "both peers drained to zero debt after every round", witness=("runner",))
+def check_drained(case):
+    problems = []
+    for role, generation, rnd, where in rounds(case):
+        drain = rnd["drain"]
+        debt = (drain["debt_wrs"], drain["debt_bytes"], drain["debt_grants"])
+        if not drain["drained"] or debt != (0, 0, 0):
+            problems.append(
+                (
+                    f"{role} g{generation} round {rnd['round']}: not drained (debt WRs/bytes/grants {debt})",
+                    f"{where}.drain",
+                )
+            )
+    return problems
+
+
+@rule("ledger.errors", "ledger", "no typed error that the mode does not provoke", witness=("runner",))
+def check_typed_errors(case):
+    problems = []
+    for role, generation, ledger, path in each_ledger(case):
+        errors = [(e, f"{path}#errors") for e in ledger["errors"]]
+        for index, rnd in enumerate(ledger["rounds"]):
+            errors += [(e, f"{path}#rounds[{index}].errors") for e in rnd["errors"]]
+        for error, where in errors:
+            if not (isinstance(error, dict) and error.get("expected") is True):
+                name = error.get("error") if isinstance(error, dict) else error
+                problems.append((f"{role} g{generation}: unexpected typed error {name!r}", where))
+    return problems

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Rendezvous rules: control only on the rendezvous, the payload on the data path."""
+
+from __future__ import annotations
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import rounds
+
+
+# Rendezvous carries small control messages only: this budget per round is far below one slice of
+# any profile that could hide payload in it, and far above what the control protocol needs.
+RENDEZVOUS_BASE_BUDGET = 64 * 1024
+RENDEZVOUS_PER_PARENT_BUDGET = 2 * 1024
+
+
+@rule("rendezvous.no_payload", "rendezvous",
+      "rendezvous carried control only; payload went on the data path",
+      witness=("profile",))
+def check_rendezvous(case):
+    problems = []
+    budget = RENDEZVOUS_BASE_BUDGET + RENDEZVOUS_PER_PARENT_BUDGET * case.profile["parents"]
+    expected = case.workload["bytes_per_round"]
+    for role, generation, rnd, where in rounds(case):
+        rendezvous = rnd["rendezvous"]["bytes_sent"] + rnd["rendezvous"]["bytes_received"]
+        if rendezvous > budget:
+            problems.append(
+                (
+                    f"{role} g{generation} round {rnd['round']}: {rendezvous} B on rendezvous, over the "
+                    f"control budget of {budget} B: payload travelled on rendezvous",
+                    f"{where}.rendezvous",
+                )
+            )
+        if role == "requester":
+            channel = rnd["data_channel"]
+            moved = (
+                channel["payload_bytes_received"]
+                if case.profile["operation"] == "read"
+                else channel["payload_bytes_sent"]
+            )
+            if moved != expected:
+                problems.append(
+                    (
+                        f"g{generation} round {rnd['round']}: {moved} payload B on the data channel, "
+                        f"expected {expected}",
+                        f"{where}.data_channel",
+                    )
+                )
+    return problems

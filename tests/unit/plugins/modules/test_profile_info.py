@@ -1,0 +1,75 @@
+"""The profile_info module on hostile profiles: each is a failed task with a stable code, never a traceback."""
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+from helpers import bounded
+
+BOMB = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+)
+GOOD = {
+    "source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu", "transport": "rdma",
+    "mode": "installed-host", "operation": "read", "rdma_events": False, "parents": 1, "payload": 4096,
+    "block": 4096, "num_lanes": 1, "mask": 1,
+}
+
+PLAYBOOK = """
+- name: profile_info on hostile input
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Each file
+      orbite.qualification.profile_info:
+        path: "{{{{ item }}}}"
+      loop: {files}
+      register: results
+      ignore_errors: true
+
+    - name: Results
+      ansible.builtin.copy:
+        dest: "{out}/results.json"
+        content: "{{{{ results.results | to_json }}}}"
+        mode: "0600"
+"""
+
+
+@pytest.mark.slow
+def test_hostile_profiles_fail_with_codes(tmp_path, ansible_env, repo_root):
+    cases = {
+        "bomb.yml": (BOMB, "profile.yaml_alias"),
+        "twice.json": (json.dumps(GOOD)[:-1] + ', "mode": "installed-restart"}', "profile.duplicate_key"),
+        "deep.json": ('{"mode": ' + "[" * 1000 + "]" * 1000 + "}", "profile.nesting"),
+        "host.json": (json.dumps(dict(GOOD, requester="sim-b\n" + "x" * 10_000)), "profile.invalid"),
+        "fifo.json": (None, "profile.invalid"),
+    }
+    files = []
+    for name, (text, _code) in cases.items():
+        path = tmp_path / name
+        if text is None:
+            os.mkfifo(path)
+        else:
+            path.write_text(text)
+        files.append(str(path))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(textwrap.dedent(PLAYBOOK).format(files=json.dumps(files), out=tmp_path))
+    # Bounded: on a loader without limits the bomb takes GiBs and the FIFO hangs forever.
+    run = bounded.run_command_bounded(
+        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+        memory=2 << 30, timeout=180, env=ansible_env, cwd=repo_root,
+    )
+    assert not run.hung and run.returncode == 0, run.explain()
+    results = json.loads((tmp_path / "results.json").read_text())
+    by_name = {os.path.basename(r["item"]): r for r in results}
+    for name, (_text, code) in cases.items():
+        result = by_name[name]
+        assert result["failed"] is True and "Traceback" not in json.dumps(result), result
+        assert len(result["msg"]) < 1000, result["msg"][:300]
+        violations = result.get("violations", [])
+        assert code in (result["code"], *(v["code"] for v in violations)), result
+    assert [v["code"] for v in by_name["host.json"]["violations"]] == ["requester.hostname"]
+    assert by_name["fifo.json"]["violations"][0]["code"] == "profile.file"

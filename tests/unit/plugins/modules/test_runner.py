@@ -1,0 +1,137 @@
+"""The runner module, run as Ansible runs it, against a real supervisor and a fake runner.
+
+On main a ready.json that was not an object was a traceback (AttributeError), a FIFO in its place
+hung the module forever, and a run or registration name with a trailing newline was accepted.
+Each case here is a coded failure instead.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers.paths import COLLECTIONS
+
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
+    SupervisorClient,
+    SupervisorNotRunning,
+    start_supervisor,
+)
+
+MODULE = "ansible_collections.orbite.qualification.plugins.modules.runner"
+BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
+
+# The fake runner: writes what ORBITE_TEST_READY says in place of ready.json, then waits.
+FAKE_RUNNER = """#!{python}
+import json, os, sys, time
+out = sys.argv[sys.argv.index("--output") + 1]
+path = os.path.join(out, "ready.json")
+kind = os.environ.get("ORBITE_TEST_READY", "ok")
+if kind == "list":
+    open(path, "w").write("[1, 2, 3]")
+elif kind == "string":
+    open(path, "w").write('"ready"')
+elif kind == "huge":
+    open(path, "w").write('{{"pad": "' + "x" * (1 << 20) + '"}}')
+elif kind == "fifo":
+    os.mkfifo(path)
+elif kind == "symlink":
+    os.symlink("/etc/hostname", path)
+elif kind == "deep":
+    open(path, "w").write("[" * 30000 + "]" * 30000)
+elif kind == "ok":
+    open(path, "w").write(json.dumps({{"pid": os.getpid(), "service_address": "127.0.0.1:1"}}))
+time.sleep(60)
+"""
+
+
+def run_module(tmp_path, timeout=60, **args):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    run = subprocess.run([sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True,
+                         env=env, check=False, timeout=timeout)
+    assert run.stdout.strip(), run.stderr
+    assert "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+    return json.loads(run.stdout)
+
+
+@pytest.fixture
+def supervisor(tmp_path):
+    kernel = tmp_path / "host" / "proc" / "sys" / "kernel"
+    (kernel / "random").mkdir(parents=True)
+    (kernel / "hostname").write_text("sim-a\n")
+    (kernel / "random" / "boot_id").write_text(BOOT + "\n")
+    (kernel / "osrelease").write_text("6.1.0-sim\n")
+    root = str(tmp_path / "host")
+    run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
+    start_supervisor(run_dir, "run-1", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
+                     lease=120, lock_timeout=5)
+    yield run_dir
+    try:
+        SupervisorClient(run_dir).stop(force=True)
+    except SupervisorNotRunning:
+        pass
+
+
+@pytest.fixture
+def fake_runner(tmp_path):
+    path = tmp_path / "fake-runner"
+    path.write_text(FAKE_RUNNER.format(python=sys.executable))
+    path.chmod(0o755)
+    return str(path)
+
+
+def _source_args(tmp_path, run_dir, runner, **extra):
+    args = {
+        "state": "started", "supervisor_run_dir": run_dir, "runner_argv": [runner],
+        "output_dir": str(tmp_path / "out"), "role": "source", "run_id": "run-1", "profile": {},
+        "rails": [{"device": "mlx5_0", "port": 1, "gid_index": 0}], "service_address": "127.0.0.1:0",
+        "registration_id": "reg-1", "ready_timeout": 3,
+    }
+    args.update(extra)
+    return args
+
+
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("list", "holds [1, 2, 3]; rule: a JSON object"),
+        ("string", "holds 'ready'; rule: a JSON object"),
+        ("huge", "is larger than 65536 bytes"),
+        ("fifo", "is a FIFO, not a regular file"),
+        ("symlink", "a symbolic link"),
+        ("deep", "nested too deeply"),
+    ],
+)
+def test_a_ready_file_that_is_not_a_small_json_object_is_a_coded_error(tmp_path, supervisor, fake_runner, kind,
+                                                                      needle):
+    result = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, env={"ORBITE_TEST_READY": kind}))
+    assert result["failed"] is True and result["code"] == "ready_invalid", result
+    assert needle in result["msg"]
+
+
+def test_a_good_ready_file_starts_the_source(tmp_path, supervisor, fake_runner):
+    result = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner,
+                                                 env={"ORBITE_TEST_READY": "ok", "LD_AUDIT": "/x.so"}))
+    assert result.get("failed") is not True, result
+    assert result["ready"]["pid"] == result["child"]["pid"]
+    assert result["env_stripped"] == ["LD_AUDIT"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("run_id", "run-1\n"),
+        ("registration_id", "reg-1\n"),
+        ("registration_id", "reg\u20121"),  # a figure dash, not '-'
+        ("peer_registration_id", " reg-0"),
+        ("rails", [{"device": "mlx5_0\n", "port": 1, "gid_index": 0}]),
+    ],
+)
+def test_names_break_the_grammar_before_anything_is_written(tmp_path, supervisor, fake_runner, field, value):
+    result = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, **{field: value}))
+    assert result["failed"] is True and result["code"] == "bad_input", result
+    assert "must be 1..64 ASCII letters" in result["msg"]
+    assert not (tmp_path / "out").exists() and SupervisorClient(supervisor).status()["children"] == []
