@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from helpers.node_root import BOOT, SLEEPER, alive, events, journal, make_root, wait_dead
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorAlreadyRunning,
@@ -25,45 +26,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon import proc_start_time
 
-BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
 LOCKS = ["mlx5_0", "mlx5_1"]
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
-
-
-def make_root(base, hostname="sim-a", boot_id=BOOT):
-    kernel = base / "proc" / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True, exist_ok=True)
-    (kernel / "hostname").write_text(hostname + "\n")
-    (kernel / "random" / "boot_id").write_text(boot_id + "\n")
-    (kernel / "osrelease").write_text("6.1.0-sim\n")
-    return str(base)
-
-
-def journal(path):
-    with open(path) as handle:
-        return [json.loads(line) for line in handle]
-
-
-def events(path, ev):
-    return [e for e in journal(path) if e["ev"] == ev]
-
-
-def alive(pid):
-    """True while pid runs (a zombie no longer holds its fds or locks: counted as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_dead(pid, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        assert time.monotonic() < deadline, f"pid {pid} still alive"
-        time.sleep(0.01)
-
 
 class Node:
     """A fake host root with helpers; every supervisor it starts is killed (by pid) at teardown."""
