@@ -1654,6 +1654,21 @@ PROV_EXPORT int orbite_provider_qp_stall(struct ibv_qp *qp, uint64_t bytes, long
 	return 0;
 }
 
+/* Send-queue slots of qp still held: WRs posted whose completion (or, for
+ * an unsignaled WR, a later completion of the QP) was not polled yet. */
+PROV_EXPORT long orbite_provider_qp_outstanding(struct ibv_qp *qp)
+{
+	struct pqp *q = (struct pqp *)qp;
+	long n;
+
+	if (!qp)
+		return -1;
+	pthread_mutex_lock(&q->lock);
+	n = (long)(q->sq_head - __atomic_load_n(&q->sq_tail, __ATOMIC_SEQ_CST));
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
 PROV_EXPORT int orbite_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	return qp->context->ops.post_send(qp, wr, bad_wr);

@@ -30,6 +30,11 @@ long long orbite_provider_counter(const char *name);
  * max_ms, then it goes on).  Returns 0, or EINVAL for a foreign QP. */
 int orbite_provider_qp_stall(struct ibv_qp *qp, uint64_t bytes, long max_ms);
 
+/* Test hook: the send-queue slots qp holds (WRs posted whose completion was
+ * not polled yet; -1 for no QP).  Lets a test check that completions an
+ * observer withheld were consumed, not left queued for a later poll. */
+long orbite_provider_qp_outstanding(struct ibv_qp *qp);
+
 /* The inline verbs of <infiniband/verbs.h>, exported (ctypes cannot inline). */
 int orbite_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int orbite_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);

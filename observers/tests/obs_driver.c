@@ -1,10 +1,15 @@
-/* Test driver for the observers: plays an engine against the fake verbs
- * device and prints what the engine saw as JSON lines on stdout (the pytest
- * wrapper compares them with the observer log).
+/* Test driver for the observers: plays an engine against the loopback verbs
+ * provider (docs/provider.md) and prints what the engine saw as JSON lines on
+ * stdout (the pytest wrapper compares them with the observer log).  Every
+ * engine QP is connected, in this same process, to a peer QP on a context of
+ * its own (own PD, MR and CQ, which the engine never polls), so the observers
+ * only see the engine's side, as on a real host.
  *
- * Built twice: DRIVER_DIRECT links libibverbs.so.1 (the fake) directly; the
- * other build dlopens it with RTLD_LOCAL and dlsyms every entry point, as
- * engines using a loader do.  Usage: obs_driver <scenario> */
+ * Built twice: DRIVER_DIRECT links libibverbs.so.1 (the provider) directly;
+ * the other build dlopens it with RTLD_LOCAL and dlsyms every entry point, as
+ * engines using a loader do.  Needs ORBITE_PROVIDER_ROOT (a fake host with
+ * mlx5_0 and mlx5_1 whose GID 3 is a local IPv4 address).
+ * Usage: obs_driver <scenario> */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -15,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "fake_verbs.h"
+#include "orbite_provider.h"
 
 #define CHECK(cond)                                                        \
 	do {                                                               \
@@ -43,10 +50,10 @@ static struct {
 	int (*destroy_cq)(struct ibv_cq *);
 	struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
 	int (*destroy_qp)(struct ibv_qp *);
+	int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
+	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
 	long (*held)(const char *);
-	void (*fail_post)(struct ibv_qp *, int, int);
-	void (*error_after)(struct ibv_qp *, int, enum ibv_wc_status);
-	int (*outstanding)(struct ibv_qp *);
+	long (*outstanding)(struct ibv_qp *);
 } V;
 
 static void load_api(void)
@@ -66,10 +73,10 @@ static void load_api(void)
 	V.destroy_cq = ibv_destroy_cq;
 	V.create_qp = ibv_create_qp;
 	V.destroy_qp = ibv_destroy_qp;
-	V.held = fake_verbs_held;
-	V.fail_post = fake_verbs_qp_fail_post;
-	V.error_after = fake_verbs_qp_error_after;
-	V.outstanding = fake_verbs_qp_outstanding;
+	V.modify_qp = ibv_modify_qp;
+	V.query_gid = ibv_query_gid;
+	V.held = orbite_provider_held;
+	V.outstanding = orbite_provider_qp_outstanding;
 #else
 	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
 
@@ -93,31 +100,110 @@ static void load_api(void)
 	LOAD(destroy_cq, "ibv_destroy_cq");
 	LOAD(create_qp, "ibv_create_qp");
 	LOAD(destroy_qp, "ibv_destroy_qp");
-	LOAD(held, "fake_verbs_held");
-	LOAD(fail_post, "fake_verbs_qp_fail_post");
-	LOAD(error_after, "fake_verbs_qp_error_after");
-	LOAD(outstanding, "fake_verbs_qp_outstanding");
+	LOAD(modify_qp, "ibv_modify_qp");
+	LOAD(query_gid, "ibv_query_gid");
+	LOAD(held, "orbite_provider_held");
+	LOAD(outstanding, "orbite_provider_qp_outstanding");
 #undef LOAD
 #endif
 }
 
 /* ---------------------------------------------------------------- rig -- */
 
+/* The GID every QP of the driver uses: the fake host's RoCE v2 IPv4 entry. */
+#define GID_INDEX 3
+#define PEER_RECVS 16
+#define RECV_LEN 8192
+
+/* An engine's side (ctx, pd, mr, cq, QPs: what the observers watch) and the
+ * peer side its QPs are connected to (a second context on the same device). */
 struct rig {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_mr *mr;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp[3];
+	struct ibv_context *pctx;
+	struct ibv_pd *ppd;
+	struct ibv_mr *pmr;
+	struct ibv_cq *pcq;
+	struct ibv_qp *pqp[3];
 	char buf[1 << 16];
+	char pbuf[PEER_RECVS * RECV_LEN];
 };
 
 static struct ibv_device **devs;
 
-static void rig_open(struct rig *r, int dev, int nqp, int sq_depth)
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_cq *cq, int sq_depth, int recvs)
 {
 	struct ibv_qp_init_attr qa;
-	int i;
+
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = cq;
+	qa.recv_cq = cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = (uint32_t)sq_depth;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_wr = (uint32_t)recvs;
+	qa.cap.max_recv_sge = 1;
+	return V.create_qp(pd, &qa);
+}
+
+/* RESET -> INIT -> RTR -> RTS towards (gid, qpn). */
+static void qp_connect(struct ibv_qp *qp, const union ibv_gid *gid, uint32_t qpn)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = qpn;
+	a.max_dest_rd_atomic = 16;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.sgid_index = GID_INDEX;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 16;
+	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+static void qp_to_error(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_ERR;
+	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE) == 0);
+}
+
+static void rig_open(struct rig *r, int dev, int nqp, int sq_depth)
+{
+	const int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+	union ibv_gid gid;
+	int i, k;
 
 	memset(r, 0, sizeof(*r));
 	r->ctx = V.open_device(devs[dev]);
@@ -128,31 +214,64 @@ static void rig_open(struct rig *r, int dev, int nqp, int sq_depth)
 	CHECK(r->mr);
 	r->cq = V.create_cq(r->ctx, 256, NULL, NULL, 0);
 	CHECK(r->cq);
+	r->pctx = V.open_device(devs[dev]);
+	CHECK(r->pctx);
+	r->ppd = V.alloc_pd(r->pctx);
+	CHECK(r->ppd);
+	r->pmr = V.reg_mr(r->ppd, r->pbuf, sizeof(r->pbuf), remote);
+	CHECK(r->pmr);
+	r->pcq = V.create_cq(r->pctx, 256, NULL, NULL, 0);
+	CHECK(r->pcq);
+	CHECK(V.query_gid(r->ctx, 1, GID_INDEX, &gid) == 0);
 	for (i = 0; i < nqp; i++) {
 		/* every QP of a rig shares the rig's CQ */
-		memset(&qa, 0, sizeof(qa));
-		qa.send_cq = r->cq;
-		qa.recv_cq = r->cq;
-		qa.qp_type = IBV_QPT_RC;
-		qa.cap.max_send_wr = (uint32_t)sq_depth;
-		qa.cap.max_send_sge = 1;
-		r->qp[i] = V.create_qp(r->pd, &qa);
+		r->qp[i] = qp_create(r->pd, r->cq, sq_depth, 0);
 		CHECK(r->qp[i]);
+		r->pqp[i] = qp_create(r->ppd, r->pcq, 1, PEER_RECVS);
+		CHECK(r->pqp[i]);
+		qp_connect(r->qp[i], &gid, r->pqp[i]->qp_num);
+		qp_connect(r->pqp[i], &gid, r->qp[i]->qp_num);
+		/* receive WRs for the SENDs and WRITE_WITH_IMMs of the engine */
+		for (k = 0; k < PEER_RECVS; k++) {
+			struct ibv_sge sge = { (uintptr_t)(r->pbuf + k * RECV_LEN), RECV_LEN, r->pmr->lkey };
+			struct ibv_recv_wr rw, *bad = NULL;
+
+			memset(&rw, 0, sizeof(rw));
+			rw.wr_id = (uint64_t)k;
+			rw.sg_list = &sge;
+			rw.num_sge = 1;
+			CHECK(ibv_post_recv(r->pqp[i], &rw, &bad) == 0);
+		}
 	}
+}
+
+/* One side of a rig, once its QPs are gone. */
+static void side_close(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr, struct ibv_cq *cq)
+{
+	CHECK(V.destroy_cq(cq) == 0);
+	CHECK(V.dereg_mr(mr) == 0);
+	CHECK(V.dealloc_pd(pd) == 0);
+	CHECK(V.close_device(ctx) == 0);
 }
 
 static void rig_close(struct rig *r)
 {
 	int i;
 
-	for (i = 0; i < 3; i++)
+	for (i = 0; i < 3; i++) {
 		if (r->qp[i])
 			CHECK(V.destroy_qp(r->qp[i]) == 0);
-	CHECK(V.destroy_cq(r->cq) == 0);
-	CHECK(V.dereg_mr(r->mr) == 0);
-	CHECK(V.dealloc_pd(r->pd) == 0);
-	CHECK(V.close_device(r->ctx) == 0);
+		if (r->pqp[i])
+			CHECK(V.destroy_qp(r->pqp[i]) == 0);
+	}
+	side_close(r->ctx, r->pd, r->mr, r->cq);
+	side_close(r->pctx, r->ppd, r->pmr, r->pcq);
 }
+
+/* Real provider errors a scenario plants in its next post_list: the WR at
+ * this index carries 2 SGEs on a 1-SGE QP (post_send rejects it, EINVAL),
+ * or a wrong rkey (the peer NAKs it: IBV_WC_REM_ACCESS_ERR, the rest flush). */
+static int bad_sge_at = -1, bad_rkey_at = -1;
 
 /* Post `n` WRs as one list: opcodes cycle through `ops`. */
 static int post_list(struct rig *r, struct ibv_qp *qp, uint64_t first_id, int n,
@@ -160,22 +279,26 @@ static int post_list(struct rig *r, struct ibv_qp *qp, uint64_t first_id, int n,
 		     uint64_t *bad_id)
 {
 	struct ibv_send_wr wr[32], *bad = NULL;
-	struct ibv_sge sge[32];
+	struct ibv_sge sge[32][2];
 	int i, ret;
 
 	CHECK(n <= 32);
 	for (i = 0; i < n; i++) {
-		sge[i].addr = (uintptr_t)r->buf;
-		sge[i].length = len + (uint32_t)i;
-		sge[i].lkey = r->mr->lkey;
+		sge[i][0].addr = (uintptr_t)r->buf;
+		sge[i][0].length = len + (uint32_t)i;
+		sge[i][0].lkey = r->mr->lkey;
+		sge[i][1] = sge[i][0];
 		memset(&wr[i], 0, sizeof(wr[i]));
 		wr[i].wr_id = first_id + (uint64_t)i;
-		wr[i].sg_list = &sge[i];
-		wr[i].num_sge = 1;
+		wr[i].sg_list = sge[i];
+		wr[i].num_sge = i == bad_sge_at ? 2 : 1;
 		wr[i].opcode = ops[i % nops];
 		wr[i].send_flags = IBV_SEND_SIGNALED;
+		wr[i].wr.rdma.remote_addr = (uintptr_t)r->pbuf;
+		wr[i].wr.rdma.rkey = i == bad_rkey_at ? r->pmr->rkey ^ 0x5a00 : r->pmr->rkey;
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 	}
+	bad_sge_at = bad_rkey_at = -1;
 	ret = ibv_post_send(qp, wr, &bad);
 	if (bad_id)
 		*bad_id = ret && bad ? bad->wr_id : UINT64_MAX;
@@ -185,18 +308,30 @@ static int post_list(struct rig *r, struct ibv_qp *qp, uint64_t first_id, int n,
 	return ret;
 }
 
-static int drain(struct ibv_cq *cq, int tries)
+/* Poll cq, printing every completion the engine gets, until `want` of them
+ * (want > 0), or until the provider holds no send-queue slot of qp any more
+ * (qp != NULL: every completion was polled, handed over or withheld), or
+ * `ms` passed; then keep polling a while, so that a completion an observer
+ * kept back would show up. */
+static int drain(struct ibv_cq *cq, struct ibv_qp *qp, int want, int ms)
 {
 	struct ibv_wc wc[16];
-	int total = 0, n, i;
+	uint64_t end = now_ms() + (uint64_t)ms;
+	int total = 0, n, i, extra = 20;
 
-	while (tries-- > 0) {
+	for (;;) {
 		n = ibv_poll_cq(cq, 16, wc);
 		CHECK(n >= 0);
 		for (i = 0; i < n; i++)
 			printf("{\"op\":\"cqe\",\"qpn\":%u,\"wr_id\":%llu,\"status\":%d}\n",
 			       wc[i].qp_num, (unsigned long long)wc[i].wr_id, (int)wc[i].status);
 		total += n;
+		if ((want > 0 && total >= want) || (qp && V.outstanding(qp) == 0) || now_ms() > end) {
+			if (extra-- == 0)
+				break;
+		}
+		if (n == 0)
+			usleep(200);
 	}
 	return total;
 }
@@ -222,9 +357,10 @@ static const enum ibv_wr_opcode payload_ops[] = {
  * up to 6 in flight per QP before the first poll. */
 static void sc_accounting(void)
 {
-	struct rig r[2];
+	struct rig *r = calloc(2, sizeof(*r));
 	int d, q;
 
+	CHECK(r);
 	for (d = 0; d < 2; d++)
 		rig_open(&r[d], d, 2, 8);
 	for (d = 0; d < 2; d++)
@@ -235,9 +371,10 @@ static void sc_accounting(void)
 			CHECK(post_list(&r[d], r[d].qp[q], base + 4, 2, payload_ops, 2, 100, NULL) == 0);
 		}
 	for (d = 0; d < 2; d++)
-		drain(r[d].cq, 2);
+		CHECK(drain(r[d].cq, NULL, 12, 10000) == 12);
 	for (d = 0; d < 2; d++)
 		rig_close(&r[d]);
+	free(r);
 	print_held("end");
 }
 
@@ -245,31 +382,37 @@ static void sc_accounting(void)
 static void sc_badwr(void)
 {
 	static const enum ibv_wr_opcode reads[] = { IBV_WR_RDMA_READ };
-	struct rig r;
+	struct rig *r = malloc(sizeof(*r));
 	uint64_t bad;
 
-	rig_open(&r, 0, 1, 8);
-	V.fail_post(r.qp[0], 2, EINVAL);
-	CHECK(post_list(&r, r.qp[0], 100, 5, reads, 1, 1000, &bad) == EINVAL);
+	CHECK(r);
+	rig_open(r, 0, 1, 8);
+	bad_sge_at = 2;
+	CHECK(post_list(r, r->qp[0], 100, 5, reads, 1, 1000, &bad) == EINVAL);
 	CHECK(bad == 102);
-	/* 2 outstanding; depth 8: WRs 6 and 7 of this list do not fit */
-	CHECK(post_list(&r, r.qp[0], 200, 8, reads, 1, 1000, &bad) == ENOMEM);
+	/* 2 outstanding (slots are held until their CQE is polled); depth 8:
+	 * WRs 6 and 7 of this list do not fit */
+	CHECK(post_list(r, r->qp[0], 200, 8, reads, 1, 1000, &bad) == ENOMEM);
 	CHECK(bad == 206);
-	drain(r.cq, 2);
-	rig_close(&r);
+	CHECK(drain(r->cq, NULL, 8, 10000) == 8);
+	rig_close(r);
+	free(r);
 }
 
-/* Error completions: 2 successes, one remote access error, then flushes. */
+/* Error completions: 2 successes, one remote access error (a wrong rkey),
+ * then flushes. */
 static void sc_errors(void)
 {
 	static const enum ibv_wr_opcode writes[] = { IBV_WR_RDMA_WRITE };
-	struct rig r;
+	struct rig *r = malloc(sizeof(*r));
 
-	rig_open(&r, 1, 1, 8);
-	V.error_after(r.qp[0], 2, IBV_WC_REM_ACCESS_ERR);
-	CHECK(post_list(&r, r.qp[0], 300, 5, writes, 1, 2048, NULL) == 0);
-	drain(r.cq, 2);
-	rig_close(&r);
+	CHECK(r);
+	rig_open(r, 1, 1, 8);
+	bad_rkey_at = 2;
+	CHECK(post_list(r, r->qp[0], 300, 5, writes, 1, 2048, NULL) == 0);
+	CHECK(drain(r->cq, NULL, 5, 10000) == 5);
+	rig_close(r);
+	free(r);
 }
 
 /* Concurrent posting threads on three QPs sharing one CQ, one poller. */
@@ -280,6 +423,7 @@ struct thr_arg {
 };
 
 static volatile int posting_done;
+static long posted_total;
 
 static void *poster(void *p)
 {
@@ -300,6 +444,8 @@ static void *poster(void *p)
 			wr[i].num_sge = 1;
 			wr[i].opcode = ops[i % 2];
 			wr[i].send_flags = IBV_SEND_SIGNALED;
+			wr[i].wr.rdma.remote_addr = (uintptr_t)a->r->pbuf;
+			wr[i].wr.rdma.rkey = a->r->pmr->rkey;
 			wr[i].next = i < 3 ? &wr[i + 1] : NULL;
 		}
 		/* A full queue rejects from bad_wr on: post the rest again
@@ -323,15 +469,20 @@ static void *poller(void *p)
 	struct rig *r = p;
 	struct ibv_wc wc[8];
 	long got = 0;
-	int n, idle = 0;
+	int n;
+	uint64_t end = 0;
 
-	while (!__atomic_load_n(&posting_done, __ATOMIC_SEQ_CST) || idle < 100) {
+	/* Until every posted WR completed (or 30 s after posting ended). */
+	while (!__atomic_load_n(&posting_done, __ATOMIC_SEQ_CST) ||
+	       got < __atomic_load_n(&posted_total, __ATOMIC_SEQ_CST)) {
 		n = ibv_poll_cq(r->cq, 8, wc);
-		if (n > 0) {
-			got += n;
-			idle = 0;
-		} else if (__atomic_load_n(&posting_done, __ATOMIC_SEQ_CST)) {
-			idle++;
+		CHECK(n >= 0);
+		got += n;
+		if (__atomic_load_n(&posting_done, __ATOMIC_SEQ_CST)) {
+			if (!end)
+				end = now_ms() + 30000;
+			else if (now_ms() > end)
+				break;
 		}
 	}
 	return (void *)(intptr_t)got;
@@ -357,6 +508,7 @@ static void sc_threads(void)
 		CHECK(pthread_join(pt[i], &res) == 0);
 		posted += (intptr_t)res;
 	}
+	__atomic_store_n(&posted_total, posted, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&posting_done, 1, __ATOMIC_SEQ_CST);
 	CHECK(pthread_join(pl, &res) == 0);
 	printf("{\"op\":\"threads\",\"posted\":%ld,\"polled\":%ld}\n", posted, (long)(intptr_t)res);
@@ -364,25 +516,33 @@ static void sc_threads(void)
 	free(r);
 }
 
-/* Withheld completions: post, poll until nothing comes for many tries, and
- * print what the engine saw (the test checks none of the withheld ones ever
- * shows up), then an error completion, which must pass. */
+/* Withheld completions: post, poll until the provider's send queue is empty
+ * (every completion polled) and many times after, and print what the engine
+ * saw (the test checks none of the withheld ones ever shows up); then one
+ * more READ, the peer moved to ERR, and two READs: the first fails with
+ * IBV_WC_RETRY_EXC_ERR (nobody answers), the second is flushed; error
+ * completions must pass. */
 static void sc_withhold(void)
 {
 	static const enum ibv_wr_opcode ops[] = { IBV_WR_RDMA_READ, IBV_WR_SEND };
-	struct rig r;
+	struct rig *r = malloc(sizeof(*r));
 	int i;
 
-	rig_open(&r, 0, 1, 8);
-	CHECK(post_list(&r, r.qp[0], 500, 6, ops, 2, 512, NULL) == 0);
-	drain(r.cq, 50);
-	CHECK(V.outstanding(r.qp[0]) == 0); /* consumed, not queued for later */
+	CHECK(r);
+	rig_open(r, 0, 1, 8);
+	CHECK(post_list(r, r->qp[0], 500, 6, ops, 2, 512, NULL) == 0);
+	drain(r->cq, r->qp[0], -1, 10000);
+	CHECK(V.outstanding(r->qp[0]) == 0); /* consumed, not queued for later */
 	for (i = 0; i < 3; i++)
-		drain(r.cq, 10);
-	V.error_after(r.qp[0], 1, IBV_WC_RETRY_EXC_ERR);
-	CHECK(post_list(&r, r.qp[0], 600, 3, ops, 1, 512, NULL) == 0);
-	drain(r.cq, 50);
-	rig_close(&r);
+		drain(r->cq, NULL, -1, 10);
+	CHECK(post_list(r, r->qp[0], 600, 1, ops, 1, 512, NULL) == 0);
+	drain(r->cq, r->qp[0], -1, 10000);
+	CHECK(V.outstanding(r->qp[0]) == 0);
+	qp_to_error(r->pqp[0]);
+	CHECK(post_list(r, r->qp[0], 601, 2, ops, 1, 512, NULL) == 0);
+	drain(r->cq, r->qp[0], -1, 40000);
+	rig_close(r);
+	free(r);
 }
 
 /* Two objects of every kind on two contexts, destroyed kind by kind; each
@@ -467,25 +627,27 @@ static void sc_destroy(int retry)
 static void sc_cleanup_qp(void)
 {
 	static const enum ibv_wr_opcode reads[] = { IBV_WR_RDMA_READ };
-	struct rig r;
+	struct rig *r = malloc(sizeof(*r));
 	int ret;
 
-	rig_open(&r, 0, 1, 8);
-	CHECK(post_list(&r, r.qp[0], 700, 3, reads, 1, 4096, NULL) == 0);
-	drain(r.cq, 20);
-	ret = V.destroy_qp(r.qp[0]);
+	CHECK(r);
+	rig_open(r, 0, 1, 8);
+	CHECK(post_list(r, r->qp[0], 700, 3, reads, 1, 4096, NULL) == 0);
+	drain(r->cq, r->qp[0], -1, 10000);
+	ret = V.destroy_qp(r->qp[0]);
 	printf("{\"op\":\"destroy\",\"kind\":\"qp\",\"dev\":0,\"index\":0,\"ret\":%d,\"retry\":false}\n", ret);
 	if (ret == 0)
-		r.qp[0] = NULL;
+		r->qp[0] = NULL;
 	print_held("after");
-	if (r.qp[0]) {
-		/* quarantined: left as is, the process exit releases it */
-		r.qp[0] = NULL;
+	if (r->qp[0]) {
+		/* quarantined: left as is (and its peer), the process exit
+		 * releases them */
 		printf("{\"op\":\"quarantined\"}\n");
-		CHECK(V.held("qp") == 1);
+		CHECK(V.held("qp") == 2);
 		return;
 	}
-	rig_close(&r);
+	rig_close(r);
+	free(r);
 }
 
 int main(int argc, char **argv)

@@ -1,10 +1,12 @@
-"""Native observers (observers/, issue 8) against the fake verbs device.
+"""Native observers (observers/, issue 8) on the loopback verbs provider.
 
-Builds the three LD_PRELOAD libraries, the fake libibverbs.so.1 and the C test
-drivers twice (plain, and AddressSanitizer + UBSan), runs the drivers as an
-engine would run, and checks what the engine saw against the observer log
-(contract 3).  Each red-check note names the production line whose removal
-makes exactly that test fail (verified once by disabling it; see
+Builds the three LD_PRELOAD libraries, the loopback provider's libibverbs.so.1
+(docs/provider.md) and the C test drivers twice (plain, and AddressSanitizer +
+UBSan), runs the drivers as an engine would run on a fake host written by
+fake_sysfs (GIDs on 127.0.3.x: run in a network namespace with lo up), and
+checks what the engine saw against the observer log (contract 3).  Each
+red-check note names the production line whose removal makes exactly that
+test fail (verified once by disabling it; see
 docs/observers.md).
 """
 
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from helpers.paths import REPO
+
+from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
 
 OBSERVERS = REPO / "observers"
 KINDS = ("qp", "mr", "mw", "cq", "channel", "pd")
@@ -53,9 +57,10 @@ def _libasan():
 
 
 class Build:
-    def __init__(self, out, asan_lib):
+    def __init__(self, out, asan_lib, host):
         self.out = Path(out)
         self.asan_lib = asan_lib
+        self.host = host
 
     def lib(self, tool):
         return self.out / f"liborbite_{tool}.so"
@@ -64,8 +69,20 @@ class Build:
         return self.out / "tests" / name
 
 
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """A sim-lab host (mlx5_0, mlx5_1) whose IPv4 GIDs (index 2/3) are 127.0.3.10 and .11."""
+    root = tmp_path_factory.mktemp("host")
+    spec = fake_sysfs.sim_host_spec(0, "obs-host")
+    for k, dev in enumerate(spec["devices"]):
+        gids = dev["ports"][0]["gids"]
+        gids["2"], gids["3"] = fake_sysfs.roce_gid_pair(f"127.0.3.{10 + k}", gids["2"]["ndev"])
+    fake_sysfs.write_host(str(root), spec)
+    return root
+
+
 @pytest.fixture(scope="module", params=["plain", "asan"])
-def build(request, tmp_path_factory):
+def build(request, tmp_path_factory, host):
     asan_lib = None
     args = ["make", "-s", "-C", str(OBSERVERS), f"OUT={tmp_path_factory.mktemp('obs') / request.param}", "tests"]
     if request.param == "asan":
@@ -75,7 +92,7 @@ def build(request, tmp_path_factory):
         args.append("SAN=1")
     done = subprocess.run(args, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr
-    return Build(args[4].split("=", 1)[1], asan_lib)
+    return Build(args[4].split("=", 1)[1], asan_lib, host)
 
 
 # ----------------------------------------------------------------- running --
@@ -135,7 +152,8 @@ def run(build, tool, driver, scenario, tmp_path, env=None, leaks=True):
     full_env = dict(os.environ)
     full_env.update(
         {
-            "LD_LIBRARY_PATH": str(build.out / "tests" / "lib"),
+            "LD_LIBRARY_PATH": str(build.out / "provider"),
+            "ORBITE_PROVIDER_ROOT": str(build.host),
             "ORBITE_OBSERVER_LOG": str(log),
         }
     )
@@ -276,7 +294,8 @@ def test_bad_wr_mid_list_counts_only_the_wrs_before_it(build, tmp_path):
 
 
 def test_error_completions_use_the_recorded_wr(build, tmp_path):
-    # The fake poisons opcode and byte_len of error completions; the join
+    # WR 302 carries a wrong rkey: the peer NAKs it and the rest flush.  The
+    # provider poisons opcode and byte_len of error completions; the join
     # uses only wr_id, status and qp_num plus the polled CQ.
     r = run(build, "accounting", "obs_driver_direct", "errors", tmp_path)
     cqes = r.events("cqe")
@@ -364,7 +383,9 @@ def test_cq_fault_withholds_successful_payload_completions(build, driver, tmp_pa
     withheld = [w["wr_id"] for w in r.events("withheld")]
     assert withheld == [502, 504, 600]
     # Never reappearing: the driver polled dozens of times after, and the
-    # fake's send queue shows them consumed (checked in the driver).
+    # provider's send queue shows them consumed (checked in the driver with
+    # orbite_provider_qp_outstanding).  601 fails because the driver moved
+    # the peer QP to ERR (nobody answers), 602 is flushed.
     assert not set(withheld) & {w for w, _ in seen}
     # SEND completions (not payload), the skipped first READ and error
     # completions all pass unchanged.
@@ -401,6 +422,35 @@ def test_cq_fault_limit_and_disarmed(build, tmp_path):
 # ------------------------------------------------------------- uverbs_fault --
 
 
+# What a destroy that failed leaves busy, as the kernel checks it (the
+# provider's EBUSY table, docs/provider.md): a QP keeps its CQ and PD, a CQ
+# its channel, an MR or a window its PD; a kept CQ keeps its channel in turn.
+BLOCKS = {"qp": ("cq", "pd"), "cq": ("channel",), "mr": ("pd",), "mw": ("pd",), "channel": (), "pd": ()}
+
+
+def _kept_busy(kind):
+    """Every kind left alive (errno EBUSY) when the `kind` object's destroy failed."""
+    busy, todo = [], list(BLOCKS[kind])
+    while todo:
+        k = todo.pop(0)
+        if k not in busy:
+            busy.append(k)
+            todo.extend(BLOCKS[k])
+    return busy
+
+
+def _expected_failures(kind, dev, index, retry=False):
+    """{(kind, dev, index, retry): errno} of the destroy scenario when one object's destroy fails."""
+    expected = {(kind, dev, index, False): 5}
+    if retry:
+        expected[(kind, dev, index, True)] = 5  # the object stays failed
+    for k in _kept_busy(kind):
+        expected[(k, dev, index, False)] = 16
+        if retry:
+            expected[(k, dev, index, True)] = 16
+    return expected
+
+
 def _destroy_results(r):
     return {(d["kind"], d["dev"], d["index"], d["retry"]): d["ret"] for d in r.ops("destroy")}
 
@@ -415,18 +465,15 @@ def test_uverbs_fault_fails_exactly_the_selected_destroy(build, kind, style, tmp
     env = {
         "ORBITE_UVERBS_FAULT_KIND": kind,
         "ORBITE_UVERBS_FAULT_OCCURRENCE": "2",
-        "FAKE_VERBS_CMD": style,
+        "ORBITE_PROVIDER_CMD": style,
     }
     r = run(build, "uverbs_fault", "obs_driver_direct", "destroy", tmp_path, env=env, leaks=False)
     results = _destroy_results(r)
     assert len(results) == 24
     failed = {k: v for k, v in results.items() if v}
-    # The second destroy of the kind is device 0's object 1.
-    expected = {(kind, 0, 1, False): 5}
-    if kind == "cq":
-        # A CQ kept alive keeps its channel busy: the real EBUSY, no fault.
-        expected[("channel", 0, 1, False)] = 16
-    assert failed == expected
+    # The second destroy of the kind is device 0's object 1; what it keeps
+    # busy fails with the real EBUSY, no fault.
+    assert failed == _expected_failures(kind, 0, 1)
     events = r.events("destroy")
     injected = [e for e in events if e["injected"]]
     assert len(injected) == 1
@@ -443,8 +490,8 @@ def test_uverbs_fault_fails_exactly_the_selected_destroy(build, kind, style, tmp
             want = 2 if style == "write" else 4
         assert seen[k] == want, (k, seen)
     held = r.ops("held")[-1]
-    assert held[kind] == 1
-    assert sum(held[k] for k in ("pd", "mr", "mw", "cq", "channel", "qp")) == (2 if kind == "cq" else 1)
+    assert held[kind] == 1 and all(held[k] == 1 for k in _kept_busy(kind))
+    assert sum(held[k] for k in ("pd", "mr", "mw", "cq", "channel", "qp")) == 1 + len(_kept_busy(kind))
 
 
 def test_uverbs_fault_write_path_on_every_descriptor(build, tmp_path):
@@ -452,7 +499,7 @@ def test_uverbs_fault_write_path_on_every_descriptor(build, tmp_path):
         "ORBITE_UVERBS_FAULT_KIND": "pd",
         "ORBITE_UVERBS_FAULT_OCCURRENCE": "3",
         "ORBITE_UVERBS_FAULT_WRITES": "all",
-        "FAKE_VERBS_CMD": "write",
+        "ORBITE_PROVIDER_CMD": "write",
     }
     r = run(build, "uverbs_fault", "obs_driver_direct", "destroy", tmp_path, env=env, leaks=False)
     assert {k: v for k, v in _destroy_results(r).items() if v} == {("pd", 1, 0, False): 5}
@@ -472,7 +519,7 @@ def test_uverbs_fault_records_a_retry_as_violation(build, driver, kind, tmp_path
     results = _destroy_results(r)
     assert results[(kind, 0, 0, False)] == 5
     assert results[(kind, 0, 0, True)] == 5  # the object stays failed
-    assert {k: v for k, v in results.items() if v} == {(kind, 0, 0, False): 5, (kind, 0, 0, True): 5}
+    assert {k: v for k, v in results.items() if v} == _expected_failures(kind, 0, 0, retry=True)
     injected = [(e["kind"], e["retry"]) for e in r.events("destroy") if e["injected"]]
     assert injected == [(kind, False), (kind, True)]
     first, again = (e for e in r.events("destroy") if e["injected"])
@@ -515,6 +562,6 @@ def test_uverbs_fault_bad_selection_is_named_and_not_armed(build, env, message, 
 def test_uverbs_fault_device_selector(build, tmp_path):
     env = {"ORBITE_UVERBS_FAULT_KIND": "mr", "ORBITE_UVERBS_FAULT_DEV": "mlx5_1"}
     r = run(build, "uverbs_fault", "obs_driver_direct", "destroy", tmp_path, env=env, leaks=False)
-    assert {k: v for k, v in _destroy_results(r).items() if v} == {("mr", 1, 0, False): 5}
+    assert {k: v for k, v in _destroy_results(r).items() if v} == _expected_failures("mr", 1, 0)
     # Only the selected device's descriptor is watched.
     assert Counter(e["kind"] for e in r.events("destroy"))["mr"] == 2
