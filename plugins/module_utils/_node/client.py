@@ -78,6 +78,7 @@ LIB_DIR = "lib"
 _PROGRAM_MODULES = (_errors_mod, _files_mod, _names_mod, _numbers_mod, _identity_mod, _lock_mod, _journal_mod,
                     _pinned_mod, _tree_mod, _daemon_mod)
 _START_MARGIN_S = 15.0
+STOP_EXIT_WAIT_S = 10.0  # how long stop() waits for an answered supervisor to exit
 # The supervisor's own environment: nothing of the module's (no LD_*, no PYTHON*).
 _SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 STATUS_TIMEOUT_S = 5.0
@@ -353,6 +354,11 @@ class SupervisorClient:
                 raise
             return self.terminate(f"no answer to stop: {exc}", term_grace=term_grace)
         resp.pop("ok", None)
+        # The answer comes before the process has exited and let go of its run lock: wait for that,
+        # so a start right after a stop never finds the run directory still held.
+        deadline = time.monotonic() + STOP_EXIT_WAIT_S
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return resp
 
     def terminate(self, reason: str, term_grace: float = TERM_GRACE_S) -> Dict:
