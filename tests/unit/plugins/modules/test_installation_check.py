@@ -6,16 +6,13 @@ that leaves a marker when it runs, and ``ldd`` on PATH is a wrapper that logs wh
 """
 
 import hashlib
-import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from helpers.modules import run_module as run_helper
 from helpers.paths import COLLECTIONS
 
-MODULE = "ansible_collections.orbite.qualification.plugins.modules.installation_check"
 PROTOCOL = "orbite-installed-host-v4"
 
 
@@ -58,12 +55,7 @@ def world(tmp_path):
 
 
 def run_module(world, **args):
-    args_file = world["tmp"] / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    run = subprocess.run([sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True,
-                         env=world["env"], check=False, timeout=60)
-    assert run.stdout.strip(), run.stderr
-    return json.loads(run.stdout)
+    return run_helper("installation_check", world["tmp"], args, env=world["env"], timeout=60)
 
 
 def _log(world, name):

@@ -5,30 +5,21 @@ On main ``state: stopped`` on a SIGSTOPped supervisor failed on the status reque
 answer (and a module without a timeout would have hung); nothing was ever killed.
 """
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from helpers.paths import COLLECTIONS
+from helpers.modules import run_module as run_helper
+from helpers.node_root import make_root
 
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock
 
-MODULE = "ansible_collections.orbite.qualification.plugins.modules.node_supervisor"
 BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
 
 
 def run_module(tmp_path, **args):
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
-    run = subprocess.run([sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True,
-                         env=env, check=False, timeout=120)
-    assert run.stdout.strip(), run.stderr
-    return json.loads(run.stdout)
+    return run_helper("node_supervisor", tmp_path, args)
 
 
 def alive(pid):
@@ -41,11 +32,7 @@ def alive(pid):
 
 @pytest.fixture
 def root(tmp_path):
-    kernel = tmp_path / "host" / "proc" / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True)
-    (kernel / "hostname").write_text("sim-a\n")
-    (kernel / "random" / "boot_id").write_text(BOOT + "\n")
-    (kernel / "osrelease").write_text("6.1.0-sim\n")
+    make_root(tmp_path / "host")
     path = str(tmp_path / "host")
     yield path
     for name in os.listdir("/proc"):  # whatever a failed assertion left behind, by command line

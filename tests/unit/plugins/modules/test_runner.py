@@ -5,13 +5,12 @@ hung the module forever, and a run or registration name with a trailing newline 
 Each case here is a coded failure instead.
 """
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
-from helpers.paths import COLLECTIONS
+from helpers.modules import run_module as run_helper
+from helpers.node_root import make_root
 
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorClient,
@@ -19,7 +18,6 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     start_supervisor,
 )
 
-MODULE = "ansible_collections.orbite.qualification.plugins.modules.runner"
 BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
 
 # The fake runner: writes what ORBITE_TEST_READY says in place of ready.json, then waits.
@@ -47,23 +45,12 @@ time.sleep(60)
 
 
 def run_module(tmp_path, timeout=60, **args):
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
-    run = subprocess.run([sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True,
-                         env=env, check=False, timeout=timeout)
-    assert run.stdout.strip(), run.stderr
-    assert "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
-    return json.loads(run.stdout)
+    return run_helper("runner", tmp_path, args, timeout=timeout)
 
 
 @pytest.fixture
 def supervisor(tmp_path):
-    kernel = tmp_path / "host" / "proc" / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True)
-    (kernel / "hostname").write_text("sim-a\n")
-    (kernel / "random" / "boot_id").write_text(BOOT + "\n")
-    (kernel / "osrelease").write_text("6.1.0-sim\n")
+    make_root(tmp_path / "host")
     root = str(tmp_path / "host")
     run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
     start_supervisor(run_dir, "run-1", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,

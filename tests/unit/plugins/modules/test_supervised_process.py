@@ -4,13 +4,12 @@ Its required_if used to be keyed on the action's value instead of the option nam
 never fired and a launch without argv reached the supervisor; these tests fail on that code.
 """
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
-from helpers.paths import COLLECTIONS
+from helpers.modules import run_module as run_helper
+from helpers.node_root import make_root
 
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorClient,
@@ -18,19 +17,11 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     start_supervisor,
 )
 
-MODULE = "ansible_collections.orbite.qualification.plugins.modules.supervised_process"
 BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
 
 
 def run_module(tmp_path, **args):
-    """Run the module in a Python process of its own with ``args``; return its JSON result."""
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
-    run = subprocess.run([sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True,
-                         env=env, check=False, timeout=120)
-    assert run.stdout.strip(), run.stderr
-    return json.loads(run.stdout)
+    return run_helper("supervised_process", tmp_path, args)
 
 
 @pytest.mark.parametrize(
@@ -60,11 +51,7 @@ def test_options_of_other_actions_are_not_required(tmp_path):
 @pytest.fixture
 def supervisor(tmp_path):
     """A real supervisor on a minimal fake host root; stopped (children killed) afterwards."""
-    kernel = tmp_path / "host" / "proc" / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True)
-    (kernel / "hostname").write_text("sim-a\n")
-    (kernel / "random" / "boot_id").write_text(BOOT + "\n")
-    (kernel / "osrelease").write_text("6.1.0-sim\n")
+    make_root(tmp_path / "host")
     root = str(tmp_path / "host")
     run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
     os.makedirs(os.path.dirname(run_dir))

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.node_root import make_root
 from ansible_collections.orbite.qualification.plugins.module_utils._node import pinned as pinned_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorClient,
@@ -127,15 +128,6 @@ def test_pin_is_bounded(tmp_path, monkeypatch):
 # the runner's preload under a swapping attacker
 
 
-def _make_root(base):
-    kernel = base / "proc" / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True)
-    (kernel / "hostname").write_text("sim-a\n")
-    (kernel / "random" / "boot_id").write_text("0f0e0d0c-0b0a-4998-8776-655443322110\n")
-    (kernel / "osrelease").write_text("6.1.0-sim\n")
-    return str(base)
-
-
 # A process of its own (not a fork of this possibly multi-threaded worker, whose locks a forked child
 # can inherit held): atomically replace the target with B, A, B, A, ... (each for about 1 ms).
 _SWAPPER = """
@@ -157,7 +149,7 @@ def test_swapping_the_preload_never_loads_an_unpinned_copy(libraries, tmp_path):
     true = shutil.which("true")
     if true is None:
         pytest.skip("needs a dynamically linked `true`")
-    root = _make_root(tmp_path / "root")
+    root = make_root(tmp_path / "root")
     run_dir = os.path.join(root, "run", "orbite", "supervisors", "swap")
     start_supervisor(run_dir, "swap", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
                      lease=300, lock_timeout=5)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.node_root import make_root
 from helpers.paths import COLLECTIONS
 
 SCENARIO = r"""
@@ -101,11 +102,7 @@ def test_full_disk_gives_whole_lines_and_clean_error_answers(tmp_path):
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare for a private tmpfs")
     root = tmp_path / "root"
-    kernel = root / "proc" / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True)
-    (kernel / "hostname").write_text("sim-a\n")
-    (kernel / "random" / "boot_id").write_text("0f0e0d0c-0b0a-4998-8776-655443322110\n")
-    (kernel / "osrelease").write_text("6.1.0-sim\n")
+    make_root(root)
     mount = tmp_path / "small"
     mount.mkdir()
     script = tmp_path / "scenario.py"
