@@ -492,10 +492,6 @@ def _install(binary: str, bin_dir: str) -> str:
     return target
 
 
-def _write_json_atomically(path: str, data: dict) -> None:
-    atomic_write_json(path, data, mode=0o644)
-
-
 def _record(path: str, output: str) -> dict:
     return {"path": os.path.relpath(path, output), "sha256": sha256_file(path)}
 
@@ -691,5 +687,5 @@ def _build_locked(request: BuildRequest, facts: dict, steps: List[dict]) -> dict
         "native_libraries": libraries,
         "build": {"builder": BUILDER_VERSION, "fingerprint": facts["fingerprint"]},
     }
-    _write_json_atomically(manifest_path, manifest)
+    atomic_write_json(manifest_path, manifest, mode=0o644)
     return manifest

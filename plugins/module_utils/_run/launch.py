@@ -125,10 +125,6 @@ def build_case(params):
     return case
 
 
-def _write_private_json(path, data):
-    atomic_write_json(path, data, mode=0o600)
-
-
 def prepare_output(output_dir):
     """A fresh private output directory: receipts of an earlier attempt must never be mistaken for ours."""
     if os.path.exists(os.path.join(output_dir, LEDGER_NAME)) or os.path.exists(os.path.join(output_dir, READY_NAME)):
@@ -153,7 +149,7 @@ def start(params, check_mode=False):
         return {"changed": True, "case": case, "ld_preload": [p["path"] for p in preload]}
     prepare_output(output_dir)
     case_path = os.path.join(output_dir, CASE_NAME)
-    _write_private_json(case_path, case)
+    atomic_write_json(case_path, case, mode=0o600)
     if preload and case["observers"]:
         # The native observers write their log where the contract says.
         env["ORBITE_OBSERVER_LOG"] = os.path.join(output_dir, f"observer-{case['observers'][0]}.jsonl")

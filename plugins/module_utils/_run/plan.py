@@ -38,10 +38,6 @@ FILE_MODE = 0o600
 PLAN_READ_LIMIT = 1 << 20  # an existing run.json is a few hundred bytes
 
 
-def _atomic_json(path, data):
-    atomic_write_json(path, data, mode=FILE_MODE)
-
-
 def make_private_dirs(path):
     """Create ``path`` and its missing parents, each 0700 (os.makedirs gives parents 0777 & ~umask)."""
     missing = []
@@ -109,6 +105,6 @@ def write_plan(run_dir, run_id, cases, check_mode=False, **options):
     for case_id, case in per_case.items():
         case_dir = os.path.join(run_dir, "cases", case_id)
         make_private_dirs(case_dir)
-        _atomic_json(os.path.join(case_dir, "case.json"), case)
-    _atomic_json(run_json, run)  # last: a run.json always describes case dirs that exist
+        atomic_write_json(os.path.join(case_dir, "case.json"), case, mode=FILE_MODE)
+    atomic_write_json(run_json, run, mode=FILE_MODE)  # last: a run.json always describes case dirs that exist
     return True
