@@ -12,48 +12,26 @@ docs/observers.md).
 
 import json
 import os
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers.native import HELD_KINDS, SANITIZER_MARKS, libasan, verbs_headers_missing
 from helpers.paths import REPO
 
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
 
 OBSERVERS = REPO / "observers"
 KINDS = ("qp", "mr", "mw", "cq", "channel", "pd")
-KINDS_HELD = ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")
+KINDS_HELD = HELD_KINDS
 PAYLOAD = {"RDMA_READ", "RDMA_WRITE"}
 # Opcode cycle of the driver's post_list: READ, WRITE, WRITE_WITH_IMM, SEND.
 DRIVER_OPS = ("RDMA_READ", "RDMA_WRITE", "RDMA_WRITE", None)
-SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
-def _verbs_headers_missing():
-    if shutil.which("gcc") is None or shutil.which("make") is None:
-        return "gcc or make is not installed"
-    probe = subprocess.run(
-        ["gcc", "-E", "-x", "c", "-", "-o", os.devnull],
-        input="#include <infiniband/verbs.h>\n#include <linux/seccomp.h>\n",
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if probe.returncode != 0:
-        return "infiniband/verbs.h is missing (install libibverbs-dev)"
-    return None
-
-
-_MISSING = _verbs_headers_missing()
+_MISSING = verbs_headers_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"native observers cannot be built: {_MISSING}")
-
-
-def _libasan():
-    out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=False)
-    path = out.stdout.strip()
-    return path if out.returncode == 0 and os.path.isabs(path) and os.path.exists(path) else None
 
 
 class Build:
@@ -86,7 +64,7 @@ def build(request, tmp_path_factory, host):
     asan_lib = None
     args = ["make", "-s", "-C", str(OBSERVERS), f"OUT={tmp_path_factory.mktemp('obs') / request.param}", "tests"]
     if request.param == "asan":
-        asan_lib = _libasan()
+        asan_lib = libasan()
         if asan_lib is None:
             pytest.skip("libasan is not installed (gcc's AddressSanitizer runtime)")
         args.append("SAN=1")

@@ -10,20 +10,19 @@ and ephemeral ports only: no fixed port, so nothing collides with a simulated la
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.native import HELD_KINDS, SANITIZER_MARKS, libasan, verbs_headers_missing
 from helpers.paths import REPO
 
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
 
 OBSERVERS = REPO / "observers"
-SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
-HELD = ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")
+HELD = HELD_KINDS
 # ibv_wc_status / ibv_qp_state values the driver reports
 SUCCESS, LOC_LEN_ERR, LOC_PROT_ERR, WR_FLUSH_ERR = 0, 1, 4, 5
 REM_INV_REQ_ERR, REM_ACCESS_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR = 9, 10, 12, 13
@@ -31,27 +30,8 @@ QPS_RTS, QPS_ERR = 3, 6
 EIO, EBUSY, ENOMEM = 5, 16, 12
 
 
-def _missing():
-    if shutil.which("gcc") is None or shutil.which("make") is None:
-        return "gcc or make is not installed"
-    probe = subprocess.run(
-        ["gcc", "-E", "-x", "c", "-", "-o", os.devnull],
-        input="#include <infiniband/verbs.h>\n#include <linux/seccomp.h>\n",
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return "infiniband/verbs.h is missing (install libibverbs-dev)" if probe.returncode else None
-
-
-_MISSING = _missing()
+_MISSING = verbs_headers_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"the provider cannot be built: {_MISSING}")
-
-
-def _libasan():
-    out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=False)
-    path = out.stdout.strip()
-    return path if out.returncode == 0 and os.path.isabs(path) and os.path.exists(path) else None
 
 
 class Build:
@@ -71,7 +51,7 @@ def build(request, tmp_path_factory):
     args = ["make", "-s", "-C", str(OBSERVERS), f"OUT={out}", "provider-tests"]
     asan_lib = None
     if request.param == "asan":
-        asan_lib = _libasan()
+        asan_lib = libasan()
         if asan_lib is None:
             pytest.skip("libasan is not installed (gcc's AddressSanitizer runtime)")
         args.append("SAN=1")
