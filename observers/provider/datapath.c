@@ -1385,12 +1385,16 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				}
 				iov[cnt].iov_base = m.ptr + done;
 				iov[cnt++].iov_len = (size_t)n;
+				/* Counted before the bytes leave: the requester may complete the
+				 * WR and its engine ask this process for the figure before this
+				 * thread runs again (taken back if the chunk does not go). */
+				stat_add(S_READ_BYTES_SERVED, n);
 				if (!qp_serving(q) || sendv_all(fd, iov, cnt)) {
+					stat_add(S_READ_BYTES_SERVED, -n);
 					mem_release(c, &m);
 					return 0;
 				}
 				done += n;
-				stat_add(S_READ_BYTES_SERVED, n);
 			}
 			mem_release(c, &m);
 			break;

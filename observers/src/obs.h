@@ -1,10 +1,13 @@
 /* Shared core of the OrbiTE native observers (LD_PRELOAD libraries).
  *
- * The core interposes ibv_open_device/ibv_close_device (and dlsym/dlvsym, so
- * engines that dlopen libibverbs with RTLD_LOCAL are caught too), wraps the
- * inline data-path ops in context->ops (post_send, poll_cq), keeps the WR
- * ledger that joins each accepted payload WR to its completion, and writes the
- * observer log (contract 3, JSON lines).  Each tool (accounting, cq_fault,
+ * The core interposes ibv_open_device/ibv_close_device and the memory
+ * registration calls (and dlsym, so engines that dlopen libibverbs with
+ * RTLD_LOCAL are caught too), wraps the inline data-path ops in context->ops
+ * (post_send, poll_cq), keeps the WR ledger that joins each accepted payload
+ * WR to its completion, hashes the local bytes of each successful payload WR
+ * (tools with .digests), and writes the observer log (contract 3: a JSON
+ * header line, then fixed-size binary records or JSON lines, see
+ * docs/receipts.md section 2).  Each tool (accounting, cq_fault,
  * uverbs_fault) links the core with one obs_tool description.
  */
 #ifndef ORBITE_OBS_H
@@ -32,11 +35,15 @@ struct obs_tool {
 	void (*context_opened)(struct ibv_context *ctx, const char *dev);
 	void (*context_closing)(struct ibv_context *ctx);
 	struct obs_hook *hooks; /* extra interposed functions, NULL-terminated */
+	/* Hash the local range of every successful payload WR and its guard
+	 * windows (docs/observers.md, "Digests"). */
+	int digests;
 };
 
 extern const struct obs_tool obs_tool;
 
-/* Write one JSON object (without newline) to the log as a single line. */
+/* Write one JSON object (without newline) to the log: a line in the JSON
+ * format, text records in the binary format. */
 void obs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The log's descriptor, -1 when there is no log. */
 int obs_log_fd(void);

@@ -1,4 +1,4 @@
-/* Core of the OrbiTE native observers: interposition, WR ledger, log.
+/* Core of the OrbiTE native observers: interposition, WR ledger, digests, log.
  *
  * Interposition facts this file respects (DESIGN section 7):
  *  - ibv_post_send/ibv_poll_cq are inline calls through context->ops, so the
@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "obs.h"
+#include "sha256.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -29,6 +30,30 @@
 
 static int log_fd = -1;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+/* ORBITE_OBSERVER_LOG_FORMAT: JSON lines (default) or binary records. */
+static int log_binary;
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the binary observer log is little-endian: records are written as in memory"
+#endif
+
+/* One record of the binary log (docs/receipts.md 2.2): 80 bytes, every field
+ * naturally aligned, so a reader takes a column with one strided view. */
+enum { REC_WR = 1, REC_CQE = 2, REC_WITHHELD = 3, REC_DATA = 4, REC_TEXT = 5 };
+struct obs_rec {
+	uint8_t type;
+	uint8_t a;      /* wr: opcode (1 READ, 2 WRITE); cqe: status; data: flags */
+	uint16_t b;     /* wr: device index; data: SGE index */
+	uint32_t qpn;
+	uint64_t wr_id;
+	uint64_t c;     /* wr, cqe, withheld: context; data: offset in the MR */
+	uint64_t d;     /* wr, cqe, withheld: CQ; data: MR length */
+	uint64_t e;     /* wr: bytes; data: range length */
+	uint8_t digest[32]; /* data: SHA-256 of the range */
+	uint64_t reserved;
+};
+_Static_assert(sizeof(struct obs_rec) == 80, "binary log records are 80 bytes");
+#define TEXT_CHUNK (sizeof(struct obs_rec) - 4)
 
 static void write_all(int fd, const char *buf, size_t len)
 {
@@ -63,6 +88,38 @@ void obs_warn(const char *fmt, ...)
 	write_all(2, buf, strlen(buf));
 }
 
+/* One write per event on an O_APPEND descriptor: events of concurrent
+ * threads never interleave, and nothing is lost to a SIGKILL. */
+static void log_write(const void *buf, size_t len)
+{
+	pthread_mutex_lock(&log_lock);
+	write_all(log_fd, buf, len);
+	pthread_mutex_unlock(&log_lock);
+}
+
+/* A JSON text as consecutive text records: a = 1 while the text continues in
+ * the next record, b = bytes of text in this one. */
+static void log_text_records(const char *text, size_t len)
+{
+	size_t nrec = len ? (len + TEXT_CHUNK - 1) / TEXT_CHUNK : 1, i;
+	uint8_t *recs = calloc(nrec, sizeof(struct obs_rec));
+
+	if (!recs)
+		return;
+	for (i = 0; i < nrec; i++) {
+		uint8_t *r = recs + i * sizeof(struct obs_rec);
+		size_t take = len - i * TEXT_CHUNK < TEXT_CHUNK ? len - i * TEXT_CHUNK : TEXT_CHUNK;
+		uint16_t n16 = (uint16_t)take;
+
+		r[0] = REC_TEXT;
+		r[1] = i + 1 < nrec;
+		memcpy(r + 2, &n16, 2);
+		memcpy(r + 4, text + i * TEXT_CHUNK, take);
+	}
+	log_write(recs, nrec * sizeof(struct obs_rec));
+	free(recs);
+}
+
 void obs_log(const char *fmt, ...)
 {
 	char stackbuf[1024];
@@ -85,12 +142,12 @@ void obs_log(const char *fmt, ...)
 		vsnprintf(buf, (size_t)n + 1, fmt, ap);
 		va_end(ap);
 	}
-	buf[n++] = '\n';
-	/* One write per line on an O_APPEND descriptor: lines from concurrent
-	 * threads never interleave, and nothing is lost to a SIGKILL. */
-	pthread_mutex_lock(&log_lock);
-	write_all(log_fd, buf, (size_t)n);
-	pthread_mutex_unlock(&log_lock);
+	if (log_binary) {
+		log_text_records(buf, (size_t)n);
+	} else {
+		buf[n++] = '\n';
+		log_write(buf, (size_t)n);
+	}
 	if (buf != stackbuf)
 		free(buf);
 }
@@ -134,10 +191,23 @@ static void resolve_dlsym(void)
 
 struct ibv_context *ibv_open_device(struct ibv_device *device) OBS_EXPORT;
 int ibv_close_device(struct ibv_context *context) OBS_EXPORT;
+struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access) OBS_EXPORT;
+struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				 int access) OBS_EXPORT;
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				unsigned int access) OBS_EXPORT;
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+		 int access) OBS_EXPORT;
+int ibv_dereg_mr(struct ibv_mr *mr) OBS_EXPORT;
 
 static struct obs_hook core_hooks[] = {
 	{ "ibv_open_device", (void *)ibv_open_device, NULL },
 	{ "ibv_close_device", (void *)ibv_close_device, NULL },
+	{ "ibv_reg_mr", (void *)(ibv_reg_mr), NULL },
+	{ "ibv_reg_mr_iova", (void *)(ibv_reg_mr_iova), NULL },
+	{ "ibv_reg_mr_iova2", (void *)ibv_reg_mr_iova2, NULL },
+	{ "ibv_rereg_mr", (void *)ibv_rereg_mr, NULL },
+	{ "ibv_dereg_mr", (void *)ibv_dereg_mr, NULL },
 	{ NULL, NULL, NULL },
 };
 
@@ -209,8 +279,41 @@ typedef int (*poll_cq_fn)(struct ibv_cq *, int, struct ibv_wc *);
 struct ctx_rec {
 	struct ibv_context *ctx;
 	char dev[IBV_SYSFS_NAME_MAX];
+	int dev_index; /* into devnames: the binary log names devices by index */
 	post_send_fn post_send;
 	poll_cq_fn poll_cq;
+};
+
+/* A registered MR, to turn an SGE (lkey, address) into local memory and an
+ * offset within its MR.  gen tells a re-registration at the same address
+ * from the MR an SGE was posted on. */
+struct mr_rec {
+	struct ibv_context *ctx;
+	struct ibv_mr *mr;
+	uint32_t lkey;
+	uint64_t iova;   /* address the SGEs name: the VA unless registered with an iova */
+	uint8_t *va;
+	uint64_t length;
+	uint64_t gen;
+};
+
+/* Data flags (docs/receipts.md): what the completion-time digest saw. */
+enum {
+	DATA_LEAD_CHANGED = 1,  /* the window before the range changed in flight */
+	DATA_TRAIL_CHANGED = 2, /* the window after it changed */
+	DATA_NO_MR = 4,         /* the lkey named no registered MR (not hashed) */
+	DATA_OUTSIDE_MR = 8,    /* the range is not inside its MR (not hashed) */
+};
+
+/* One SGE of a payload WR, as posted: where its bytes are and the digests of
+ * its guard windows before the transfer. */
+struct sge_rec {
+	struct ibv_mr *mr;
+	uint64_t gen;
+	uint64_t off, len, mr_len;
+	uint64_t lead, trail; /* window lengths, clipped to the MR */
+	uint8_t flags;
+	uint8_t lead_pre[32], trail_pre[32];
 };
 
 struct parent_cnt {
@@ -238,7 +341,13 @@ struct wr_ent {
 	struct qp_stat *qs;
 	int committed; /* accepted by post_send; owned by the ledger */
 	int done;      /* completed before its post_send returned */
+	int nsge;      /* SGEs recorded for digests (0 without) */
+	struct sge_rec sge[];
 };
+
+/* SGEs of one WR that get digests; a WR with more is hashed in part and the
+ * verifier sees the gap. */
+#define MAX_DIGEST_SGE 64
 
 static pthread_mutex_t ledger = PTHREAD_MUTEX_INITIALIZER;
 static struct ctx_rec ctxs[MAX_CTX];
@@ -248,6 +357,12 @@ static int nqstats, capqstats;
 static struct wr_ent *buckets[NBUCKET];
 static long accepted_wrs, joined_wrs, withheld_wrs;
 static int parent_shift = -1; /* ORBITE_OBSERVER_PARENT_SHIFT, -1 = off */
+static char devnames[MAX_CTX][IBV_SYSFS_NAME_MAX];
+static int ndevnames;
+static struct mr_rec *mrs;
+static int nmrs, capmrs;
+static uint64_t mr_gen;
+static long guard_bytes = 4096; /* ORBITE_OBSERVER_GUARD_BYTES (docs/content.md: G) */
 
 static const char *const status_names[] = {
 	"IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_QP_OP_ERR",
@@ -433,6 +548,308 @@ static uint64_t wr_bytes(const struct ibv_send_wr *wr)
 	return sum;
 }
 
+/* ------------------------------------------------------ registered memory -- */
+
+/* Under the ledger lock. */
+static struct mr_rec *mr_by_key(struct ibv_context *ctx, uint32_t lkey)
+{
+	int i;
+
+	for (i = 0; i < nmrs; i++)
+		if (mrs[i].ctx == ctx && mrs[i].lkey == lkey)
+			return &mrs[i];
+	return NULL;
+}
+
+static struct mr_rec *mr_by_ptr(struct ibv_mr *mr)
+{
+	int i;
+
+	for (i = 0; i < nmrs; i++)
+		if (mrs[i].mr == mr)
+			return &mrs[i];
+	return NULL;
+}
+
+/* Record (or refresh: libibverbs' ibv_reg_mr may call our ibv_reg_mr_iova2
+ * for the same MR) a registration that succeeded. */
+static void mr_note(struct ibv_mr *mr, uint64_t iova)
+{
+	struct mr_rec *m;
+
+	pthread_mutex_lock(&ledger);
+	m = mr_by_ptr(mr);
+	if (!m && nmrs == capmrs) {
+		int cap = capmrs ? capmrs * 2 : 16;
+		struct mr_rec *n = realloc(mrs, sizeof(*n) * (size_t)cap);
+
+		if (n) {
+			mrs = n;
+			capmrs = cap;
+		}
+	}
+	if (!m && nmrs < capmrs)
+		m = &mrs[nmrs++];
+	if (m) {
+		m->ctx = mr->context;
+		m->mr = mr;
+		m->lkey = mr->lkey;
+		m->iova = iova;
+		m->va = mr->addr;
+		m->length = mr->length;
+		m->gen = ++mr_gen;
+	}
+	pthread_mutex_unlock(&ledger);
+	if (!m)
+		obs_warn("out of memory: the MR with lkey %u is not tracked (its bytes are not hashed)", mr->lkey);
+}
+
+typedef struct ibv_mr *(*reg_mr_fn)(struct ibv_pd *, void *, size_t, int);
+typedef struct ibv_mr *(*reg_mr_iova_fn)(struct ibv_pd *, void *, size_t, uint64_t, int);
+typedef struct ibv_mr *(*reg_mr_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
+
+OBS_EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	reg_mr_fn real = (reg_mr_fn)obs_real("ibv_reg_mr");
+	struct ibv_mr *mr;
+
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	mr = real(pd, addr, length, access);
+	if (mr)
+		mr_note(mr, (uintptr_t)addr);
+	return mr;
+}
+
+OBS_EXPORT struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+					    int access)
+{
+	reg_mr_iova_fn real = (reg_mr_iova_fn)obs_real("ibv_reg_mr_iova");
+	struct ibv_mr *mr;
+
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	mr = real(pd, addr, length, iova, access);
+	if (mr)
+		mr_note(mr, iova);
+	return mr;
+}
+
+OBS_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+					   unsigned int access)
+{
+	reg_mr_iova2_fn real = (reg_mr_iova2_fn)obs_real("ibv_reg_mr_iova2");
+	struct ibv_mr *mr;
+
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	mr = real(pd, addr, length, iova, access);
+	if (mr)
+		mr_note(mr, iova);
+	return mr;
+}
+
+OBS_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+			    int access)
+{
+	int (*real)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int) =
+		(int (*)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int))obs_real("ibv_rereg_mr");
+	uint64_t iova = 0;
+	struct mr_rec *m;
+	int ret;
+
+	if (!real)
+		return ENOSYS;
+	pthread_mutex_lock(&ledger);
+	m = mr_by_ptr(mr);
+	if (m)
+		iova = m->iova;
+	pthread_mutex_unlock(&ledger);
+	ret = real(mr, flags, pd, addr, length, access);
+	if (ret == 0)
+		/* A new translation is named by its address again. */
+		mr_note(mr, (flags & IBV_REREG_MR_CHANGE_TRANSLATION) || !m ? (uintptr_t)mr->addr : iova);
+	return ret;
+}
+
+OBS_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	int (*real)(struct ibv_mr *) = (int (*)(struct ibv_mr *))obs_real("ibv_dereg_mr");
+	struct mr_rec *m;
+	uint64_t gen = 0;
+	int ret;
+
+	if (!real)
+		return ENOSYS;
+	pthread_mutex_lock(&ledger);
+	m = mr_by_ptr(mr);
+	if (m)
+		gen = m->gen;
+	pthread_mutex_unlock(&ledger);
+	/* Not under the ledger lock: the provider may wait for transfers in
+	 * flight, and uverbs_fault's helper takes the lock to name the device. */
+	ret = real(mr);
+	if (ret == 0 && gen) {
+		pthread_mutex_lock(&ledger);
+		m = mr_by_ptr(mr);
+		if (m && m->gen == gen)
+			*m = mrs[--nmrs];
+		pthread_mutex_unlock(&ledger);
+	}
+	return ret;
+}
+
+/* --------------------------------------------------------------- digests -- */
+
+/* Under the ledger lock, before the real post: where each SGE's bytes are
+ * and the digests of its guard windows (guard_bytes before and after the
+ * range, clipped to the MR). */
+static void sge_record(struct wr_ent *e, const struct ibv_send_wr *w)
+{
+	int i;
+
+	for (i = 0; i < e->nsge; i++) {
+		const struct ibv_sge *g = &w->sg_list[i];
+		struct sge_rec *s = &e->sge[i];
+		struct mr_rec *m = mr_by_key(e->ctx, g->lkey);
+		uint64_t end;
+
+		s->len = g->length;
+		if (!m) {
+			s->flags = DATA_NO_MR;
+			continue;
+		}
+		s->mr = m->mr;
+		s->gen = m->gen;
+		s->mr_len = m->length;
+		s->off = g->addr - m->iova;
+		if (g->addr < m->iova || s->off > m->length || s->len > m->length - s->off) {
+			s->flags = DATA_OUTSIDE_MR;
+			continue;
+		}
+		end = s->off + s->len;
+		s->lead = s->off < (uint64_t)guard_bytes ? s->off : (uint64_t)guard_bytes;
+		s->trail = m->length - end < (uint64_t)guard_bytes ? m->length - end : (uint64_t)guard_bytes;
+		obs_sha256(m->va + s->off - s->lead, s->lead, s->lead_pre);
+		obs_sha256(m->va + end, s->trail, s->trail_pre);
+	}
+}
+
+/* Under the ledger lock, at a successful completion: the digest of each
+ * range and whether its guard windows changed since the post.  The memory
+ * is read only while its MR is still the one the SGE was posted on. */
+static void sge_digest(const struct sge_rec *s, struct obs_rec *r)
+{
+	struct mr_rec *m;
+	uint8_t now[32];
+
+	r->a = s->flags;
+	if (s->flags & (DATA_NO_MR | DATA_OUTSIDE_MR))
+		return;
+	m = mr_by_ptr(s->mr);
+	if (!m || m->gen != s->gen) {
+		r->a |= DATA_NO_MR; /* deregistered while the WR was in flight */
+		return;
+	}
+	obs_sha256(m->va + s->off, s->len, r->digest);
+	obs_sha256(m->va + s->off - s->lead, s->lead, now);
+	if (memcmp(now, s->lead_pre, 32))
+		r->a |= DATA_LEAD_CHANGED;
+	obs_sha256(m->va + s->off + s->len, s->trail, now);
+	if (memcmp(now, s->trail_pre, 32))
+		r->a |= DATA_TRAIL_CHANGED;
+}
+
+static void hex32(const uint8_t d[32], char out[65])
+{
+	static const char digits[] = "0123456789abcdef";
+	int i;
+
+	for (i = 0; i < 32; i++) {
+		out[2 * i] = digits[d[i] >> 4];
+		out[2 * i + 1] = digits[d[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+/* The data events of a WR that completed successfully: one per SGE. */
+static void log_data(const struct wr_ent *e)
+{
+	struct obs_rec local[4], *recs = local;
+	int i;
+
+	if (!e->nsge || log_fd < 0)
+		return;
+	if (e->nsge > 4) {
+		recs = calloc((size_t)e->nsge, sizeof(*recs));
+		if (!recs)
+			return;
+	} else {
+		memset(local, 0, sizeof(local));
+	}
+	for (i = 0; i < e->nsge; i++) {
+		const struct sge_rec *s = &e->sge[i];
+		struct obs_rec *r = &recs[i];
+
+		r->type = REC_DATA;
+		r->b = (uint16_t)i;
+		r->qpn = e->qpn;
+		r->wr_id = e->wr_id;
+		r->c = s->off;
+		r->d = s->mr_len;
+		r->e = s->len;
+		sge_digest(s, r);
+		if (!log_binary) {
+			char hex[65];
+			int hashed = !(r->a & (DATA_NO_MR | DATA_OUTSIDE_MR));
+
+			if (hashed)
+				hex32(r->digest, hex);
+			obs_log("{\"ev\":\"data\",\"qpn\":%" PRIu32 ",\"wr_id\":%" PRIu64 ",\"sge\":%d,"
+				"\"off\":%" PRIu64 ",\"len\":%" PRIu64 ",\"mr_len\":%" PRIu64
+				",\"sha256\":%s%s%s,\"flags\":%d}",
+				e->qpn, e->wr_id, i, s->off, s->len, s->mr_len, hashed ? "\"" : "",
+				hashed ? hex : "null", hashed ? "\"" : "", (int)r->a);
+		}
+	}
+	if (log_binary)
+		log_write(recs, sizeof(*recs) * (size_t)e->nsge);
+	if (recs != local)
+		free(recs);
+}
+
+static void log_wr(const struct wr_ent *e, const char *dev, int dev_index)
+{
+	if (log_binary) {
+		struct obs_rec r;
+
+		if (log_fd < 0)
+			return;
+		memset(&r, 0, sizeof(r));
+		r.type = REC_WR;
+		r.a = strcmp(e->opcode, "RDMA_READ") ? 2 : 1;
+		r.b = (uint16_t)dev_index;
+		r.qpn = e->qpn;
+		r.wr_id = e->wr_id;
+		r.c = (uint64_t)(uintptr_t)e->ctx;
+		r.d = (uint64_t)(uintptr_t)e->cq;
+		r.e = e->bytes;
+		log_write(&r, sizeof(r));
+		return;
+	}
+	obs_log("{\"ev\":\"wr\",\"ctx\":\"%p\",\"dev\":\"%s\",\"cq\":\"%p\","
+		"\"qpn\":%" PRIu32 ",\"wr_id\":%" PRIu64
+		",\"opcode\":\"%s\",\"bytes\":%" PRIu64 "}",
+		(void *)e->ctx, dev, (void *)e->cq, e->qpn, e->wr_id,
+		e->opcode, e->bytes);
+}
+
 /* ------------------------------------------------------- wrapped data ops -- */
 
 static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
@@ -446,7 +863,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	post_send_fn orig;
 	char dev[IBV_SYSFS_NAME_MAX];
 	size_t n = 0, cap = 16, i;
-	int ret, rejecting = 0;
+	int ret, rejecting = 0, dev_index;
 
 	pthread_mutex_lock(&ledger);
 	rec = find_ctx(ctx);
@@ -459,15 +876,19 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	orig = rec->post_send;
 	/* Copied: a concurrent close may move the record. */
 	memcpy(dev, rec->dev, sizeof(dev));
+	dev_index = rec->dev_index;
 	qs = get_qstat(ctx, qp->qp_num);
 	/* Record before posting: a completion polled by another thread before
 	 * this call returns must still find (and join) its WR. */
 	for (w = wr; w; w = w->next) {
 		const char *op = payload_opcode(w->opcode);
 		struct wr_ent *e;
+		int nsge = 0;
 
 		if (!op)
 			continue;
+		if (obs_tool.digests && w->num_sge > 0)
+			nsge = w->num_sge < MAX_DIGEST_SGE ? w->num_sge : MAX_DIGEST_SGE;
 		if (n == cap) {
 			struct wr_ent **nb = malloc(sizeof(*nb) * cap * 2);
 
@@ -479,9 +900,10 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			batch = nb;
 			cap *= 2;
 		}
-		e = calloc(1, sizeof(*e));
+		e = calloc(1, sizeof(*e) + sizeof(struct sge_rec) * (size_t)nsge);
 		if (!e)
 			break;
+		e->nsge = nsge;
 		e->ctx = ctx;
 		e->cq = qp->send_cq;
 		e->qpn = qp->qp_num;
@@ -489,6 +911,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		e->bytes = wr_bytes(w);
 		e->opcode = op;
 		e->qs = qs;
+		sge_record(e, w);
 		ledger_insert(e);
 		batch[n++] = e;
 	}
@@ -526,11 +949,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			continue;
 		}
 		accepted_wrs++;
-		obs_log("{\"ev\":\"wr\",\"ctx\":\"%p\",\"dev\":\"%s\",\"cq\":\"%p\","
-			"\"qpn\":%" PRIu32 ",\"wr_id\":%" PRIu64
-			",\"opcode\":\"%s\",\"bytes\":%" PRIu64 "}",
-			(void *)e->ctx, dev, (void *)e->cq, e->qpn, e->wr_id,
-			e->opcode, e->bytes);
+		log_wr(e, dev, dev_index);
 		/* Counted only while really outstanding: a WR whose completion
 		 * was polled before post_send returned is not, so the maximum is
 		 * a lower bound that never exceeds the send queue. */
@@ -561,6 +980,35 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	return ret;
 }
 
+/* A completion returned by the provider: withheld (taken from the engine)
+ * or handed over. */
+static void log_completion(struct ibv_context *ctx, struct ibv_cq *cq, const struct ibv_wc *c, int withheld)
+{
+	if (log_binary) {
+		struct obs_rec r;
+
+		if (log_fd < 0)
+			return;
+		memset(&r, 0, sizeof(r));
+		r.type = withheld ? REC_WITHHELD : REC_CQE;
+		r.a = withheld ? 0 : (uint8_t)c->status;
+		r.qpn = c->qp_num;
+		r.wr_id = c->wr_id;
+		r.c = (uint64_t)(uintptr_t)ctx;
+		r.d = (uint64_t)(uintptr_t)cq;
+		log_write(&r, sizeof(r));
+	} else if (withheld) {
+		obs_log("{\"ev\":\"withheld\",\"ctx\":\"%p\",\"cq\":\"%p\",\"qpn\":%" PRIu32
+			",\"wr_id\":%" PRIu64 "}",
+			(void *)ctx, (void *)cq, c->qp_num, c->wr_id);
+	} else {
+		obs_log("{\"ev\":\"cqe\",\"ctx\":\"%p\",\"cq\":\"%p\",\"qpn\":%" PRIu32
+			",\"wr_id\":%" PRIu64 ",\"status\":%d,\"status_name\":\"%s\"}",
+			(void *)ctx, (void *)cq, c->qp_num, c->wr_id, (int)c->status,
+			status_name((int)c->status));
+	}
+}
+
 static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 {
 	struct ibv_context *ctx = cq->context;
@@ -588,35 +1036,30 @@ static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 		int drop = 0;
 
 		if (e) {
-			if (e->committed) {
-				if (e->qs) {
-					e->qs->inflight--;
-					parent_add(e->qs, e->wr_id >> (parent_shift < 0 ? 0 : parent_shift), -1);
-				}
-				free(e);
-			} else {
-				e->done = 1; /* its post_send call frees it */
+			if (e->committed && e->qs) {
+				e->qs->inflight--;
+				parent_add(e->qs, e->wr_id >> (parent_shift < 0 ? 0 : parent_shift), -1);
 			}
 			if (c->status == IBV_WC_SUCCESS) {
 				if (obs_tool.withhold && obs_tool.withhold(rec->dev)) {
 					drop = 1;
 					withheld_wrs++;
-					obs_log("{\"ev\":\"withheld\",\"ctx\":\"%p\","
-						"\"cq\":\"%p\",\"qpn\":%" PRIu32
-						",\"wr_id\":%" PRIu64 "}",
-						(void *)ctx, (void *)cq, c->qp_num,
-						c->wr_id);
 				} else {
 					joined_wrs++;
 				}
 			}
 		}
+		log_completion(ctx, cq, c, drop);
+		if (e) {
+			if (c->status == IBV_WC_SUCCESS)
+				log_data(e); /* the bytes as they are now, landed */
+			if (e->committed)
+				free(e);
+			else
+				e->done = 1; /* its post_send call frees it */
+		}
 		if (drop)
 			continue;
-		obs_log("{\"ev\":\"cqe\",\"ctx\":\"%p\",\"cq\":\"%p\",\"qpn\":%" PRIu32
-			",\"wr_id\":%" PRIu64 ",\"status\":%d,\"status_name\":\"%s\"}",
-			(void *)ctx, (void *)cq, c->qp_num, c->wr_id, (int)c->status,
-			status_name((int)c->status));
 		if (out != i)
 			wc[out] = *c;
 		out++;
@@ -646,6 +1089,24 @@ static void copy_dev_name(char *dst, struct ibv_context *ctx)
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static void open_log(void);
 
+/* Under the ledger lock: the index of a device name in the binary log,
+ * announced by a text event the first time (at most MAX_CTX names, as
+ * contexts beyond that are not observed). */
+static int dev_index_of(const char *dev)
+{
+	int i;
+
+	for (i = 0; i < ndevnames; i++)
+		if (!strcmp(devnames[i], dev))
+			return i;
+	if (ndevnames == MAX_CTX)
+		return MAX_CTX;
+	snprintf(devnames[ndevnames], sizeof(devnames[0]), "%s", dev);
+	if (log_binary)
+		obs_log("{\"ev\":\"dev\",\"index\":%d,\"dev\":\"%s\"}", ndevnames, dev);
+	return ndevnames++;
+}
+
 OBS_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct ibv_context *(*real)(struct ibv_device *) =
@@ -672,6 +1133,7 @@ OBS_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	rec = &ctxs[nctx++];
 	rec->ctx = ctx;
 	memcpy(rec->dev, dev, sizeof(dev));
+	rec->dev_index = dev_index_of(dev);
 	rec->post_send = ctx->ops.post_send;
 	rec->poll_cq = ctx->ops.poll_cq;
 	ctx->ops.post_send = obs_post_send;
@@ -722,6 +1184,12 @@ OBS_EXPORT int ibv_close_device(struct ibv_context *ctx)
 		for (i = 0; i < nqstats; i++)
 			if (qstats[i]->ctx == ctx)
 				qstats[i]->ctx = NULL;
+		/* MRs left registered die with the context. */
+		for (i = 0; i < nmrs;)
+			if (mrs[i].ctx == ctx)
+				mrs[i] = mrs[--nmrs];
+			else
+				i++;
 		*rec = ctxs[--nctx];
 	}
 	pthread_mutex_unlock(&ledger);
@@ -792,7 +1260,8 @@ static void write_summary(void)
 static void open_log(void)
 {
 	const char *path = getenv("ORBITE_OBSERVER_LOG");
-	int fd, high;
+	char header[512];
+	int fd, high, n;
 
 	if (!path || !*path) {
 		obs_warn("ORBITE_OBSERVER_LOG is not set: nothing is recorded");
@@ -810,17 +1279,34 @@ static void open_log(void)
 		fd = high;
 	}
 	log_fd = fd;
-	obs_log("{\"schema\":\"orbite.observer-log\",\"version\":1,"
-		"\"tool\":\"%s\",\"pid\":%d}",
-		obs_tool.name, (int)getpid());
+	/* The header is a JSON line in both formats. */
+	n = snprintf(header, sizeof(header),
+		     "{\"schema\":\"orbite.observer-log\",\"version\":2,"
+		     "\"tool\":\"%s\",\"pid\":%d,\"format\":\"%s\",\"record_bytes\":%d,"
+		     "\"digest\":%s,\"guard_bytes\":%ld}\n",
+		     obs_tool.name, (int)getpid(), log_binary ? "binary" : "json",
+		     log_binary ? (int)sizeof(struct obs_rec) : 0,
+		     obs_tool.digests ? "\"sha256\"" : "null", obs_tool.digests ? guard_bytes : 0L);
+	if (n > 0 && (size_t)n < sizeof(header))
+		log_write(header, (size_t)n);
 }
 
 __attribute__((constructor)) static void obs_start(void)
 {
 	long shift;
 
+	const char *format = getenv("ORBITE_OBSERVER_LOG_FORMAT");
+
 	if (obs_env_long("ORBITE_OBSERVER_PARENT_SHIFT", -1, 0, 63, &shift) == 0)
 		parent_shift = (int)shift;
+	/* A malformed guard size keeps the documented 4096 (named on stderr). */
+	obs_env_long("ORBITE_OBSERVER_GUARD_BYTES", 4096, 0, 1L << 20, &guard_bytes);
+	if (format && *format && strcmp(format, "json")) {
+		if (!strcmp(format, "binary"))
+			log_binary = 1;
+		else
+			obs_warn("ORBITE_OBSERVER_LOG_FORMAT=%s is not json or binary: JSON lines are written", format);
+	}
 	if (obs_tool.init)
 		obs_tool.init();
 }

@@ -42,6 +42,7 @@ static struct {
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
 	int (*dealloc_pd)(struct ibv_pd *);
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
+	struct ibv_mr *(*reg_mr_iova)(struct ibv_pd *, void *, size_t, uint64_t, int);
 	int (*dereg_mr)(struct ibv_mr *);
 	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *);
 	int (*destroy_comp_channel)(struct ibv_comp_channel *);
@@ -66,6 +67,7 @@ static void load_api(void)
 	V.alloc_pd = ibv_alloc_pd;
 	V.dealloc_pd = ibv_dealloc_pd;
 	V.reg_mr = (ibv_reg_mr);
+	V.reg_mr_iova = (ibv_reg_mr_iova);
 	V.dereg_mr = ibv_dereg_mr;
 	V.create_comp_channel = ibv_create_comp_channel;
 	V.destroy_comp_channel = ibv_destroy_comp_channel;
@@ -93,6 +95,7 @@ static void load_api(void)
 	LOAD(alloc_pd, "ibv_alloc_pd");
 	LOAD(dealloc_pd, "ibv_dealloc_pd");
 	LOAD(reg_mr, "ibv_reg_mr");
+	LOAD(reg_mr_iova, "ibv_reg_mr_iova");
 	LOAD(dereg_mr, "ibv_dereg_mr");
 	LOAD(create_comp_channel, "ibv_create_comp_channel");
 	LOAD(destroy_comp_channel, "ibv_destroy_comp_channel");
@@ -650,6 +653,101 @@ static void sc_cleanup_qp(void)
 	free(r);
 }
 
+/* Digests: the arena layout of docs/content.md at a small scale (guard G,
+ * payload L, 2 parents, slices of SLICE bytes) in the engine's buffer; the
+ * peer's buffer holds pattern(i) at offset i.  READ pulls each slice of each
+ * parent from the same offset of the peer's buffer; WRITE pushes the engine's
+ * own bytes (the pattern) there.  Variants:
+ *   digests        READ, local MR registered with ibv_reg_mr
+ *   digests-iova   the same, local MR registered with an iova (SGEs name it)
+ *   digests-corrupt  READ, one peer byte flipped (parent 1, slice 1, byte 5)
+ *   digests-guard  READ, the engine writes the first byte of parent 0's
+ *                  trailing guard while the WRs are in flight
+ *   digests-write  WRITE
+ *   digests-dereg  READ of one slice, the local MR deregistered before the
+ *                  completion is polled */
+#define DG_GUARD 1024
+#define DG_PAYLOAD 5000
+#define DG_PARENTS 2
+#define DG_SLICE 2048
+#define DG_STRIDE (DG_GUARD + DG_PAYLOAD + DG_GUARD)
+#define DG_IOVA 0x100000u
+
+static uint8_t pattern(size_t i)
+{
+	return (uint8_t)((i * 131u + 7u) ^ (i >> 8));
+}
+
+static void sc_digests(const char *variant)
+{
+	const int write = !strcmp(variant, "digests-write");
+	const int iova = !strcmp(variant, "digests-iova");
+	const int dereg = !strcmp(variant, "digests-dereg");
+	struct ibv_send_wr wr[16], *bad = NULL;
+	struct ibv_sge sge[16];
+	struct rig *r = malloc(sizeof(*r));
+	uint64_t base;
+	size_t i;
+	int p, k, n = 0;
+
+	CHECK(r);
+	rig_open(r, 0, 1, 16);
+	for (i = 0; i < sizeof(r->pbuf); i++)
+		r->pbuf[i] = (char)(write ? 0 : pattern(i));
+	for (i = 0; i < sizeof(r->buf); i++)
+		r->buf[i] = (char)(write ? pattern(i) : (i % DG_STRIDE < DG_GUARD ||
+							 i % DG_STRIDE >= DG_GUARD + DG_PAYLOAD ? 0x5c : 0xa5));
+	if (!strcmp(variant, "digests-corrupt"))
+		r->pbuf[DG_STRIDE + DG_GUARD + DG_SLICE + 5] ^= 0x01;
+	if (iova) {
+		/* Swap the rig's MR for one that SGEs name by an iova. */
+		CHECK(V.dereg_mr(r->mr) == 0);
+		r->mr = V.reg_mr_iova(r->pd, r->buf, sizeof(r->buf), DG_IOVA, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(r->mr);
+	}
+	base = iova ? DG_IOVA : (uintptr_t)r->buf;
+	for (p = 0; p < DG_PARENTS; p++)
+		for (k = 0; k * DG_SLICE < DG_PAYLOAD; k++) {
+			size_t off = (size_t)p * DG_STRIDE + DG_GUARD + (size_t)k * DG_SLICE;
+			size_t len = DG_PAYLOAD - (size_t)k * DG_SLICE < DG_SLICE ? DG_PAYLOAD - (size_t)k * DG_SLICE
+										 : DG_SLICE;
+
+			sge[n].addr = base + off;
+			sge[n].length = (uint32_t)len;
+			sge[n].lkey = r->mr->lkey;
+			memset(&wr[n], 0, sizeof(wr[n]));
+			wr[n].wr_id = 900 + (uint64_t)n;
+			wr[n].sg_list = &sge[n];
+			wr[n].num_sge = 1;
+			wr[n].opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+			wr[n].send_flags = IBV_SEND_SIGNALED;
+			wr[n].wr.rdma.remote_addr = (uintptr_t)r->pbuf + off;
+			wr[n].wr.rdma.rkey = r->pmr->rkey;
+			wr[n].next = NULL;
+			if (n)
+				wr[n - 1].next = &wr[n];
+			printf("{\"op\":\"slice\",\"wr_id\":%llu,\"parent\":%d,\"off\":%zu,\"len\":%zu}\n",
+			       (unsigned long long)wr[n].wr_id, p, off, len);
+			n++;
+		}
+	if (dereg)
+		wr[0].next = NULL, n = 1;
+	printf("{\"op\":\"layout\",\"guard\":%d,\"payload\":%d,\"parents\":%d,\"mr_len\":%zu,\"n\":%d}\n",
+	       DG_GUARD, DG_PAYLOAD, DG_PARENTS, sizeof(r->buf), n);
+	CHECK(ibv_post_send(r->qp[0], wr, &bad) == 0);
+	if (!strcmp(variant, "digests-guard"))
+		r->buf[DG_GUARD + DG_PAYLOAD] ^= 0x10; /* a stray write of the engine's */
+	if (dereg) {
+		usleep(100000); /* the READ lands; the provider then lets the MR go */
+		CHECK(V.dereg_mr(r->mr) == 0);
+		r->mr = V.reg_mr(r->pd, r->buf, sizeof(r->buf), IBV_ACCESS_LOCAL_WRITE);
+		CHECK(r->mr);
+	}
+	CHECK(drain(r->cq, NULL, n, 10000) == n);
+	rig_close(r);
+	free(r);
+}
+
 int main(int argc, char **argv)
 {
 	int n = 0;
@@ -678,6 +776,8 @@ int main(int argc, char **argv)
 		sc_destroy(1);
 	else if (!strcmp(argv[1], "cleanup-qp"))
 		sc_cleanup_qp();
+	else if (!strncmp(argv[1], "digests", 7))
+		sc_digests(argv[1]);
 	else {
 		fprintf(stderr, "unknown scenario %s\n", argv[1]);
 		return 2;

@@ -11,6 +11,10 @@ description:
   - Writes C(run.json) and C(cases/<id>/case.json) for every planned case, atomically, on the
     host it runs on (the controller). The verifier reads exactly this plan.
   - Refuses a directory that already holds another run's plan, so receipts of two runs never mix.
+  - The plan binds the run's identity; C(run.json) names the cases, each one's profile and hosts, the
+    runner kind, the defect switches and the O(artifacts), and each C(case.json) its supervisors' run
+    ID (C(<run_id>-<case id>)) and each role's registration ID (C(<run_id>-<case id>-<role>)), which
+    the gate hands to the nodes. See docs/verifier.md.
   - Private by default, since what a run directory holds names hosts, devices and addresses. Every
     directory it creates (O(run_dir) and its missing parents, C(cases/) and each case's) is 0700,
     C(run.json) and C(case.json) are 0600. An O(run_dir) that already exists keeps its mode.
@@ -59,10 +63,56 @@ options:
     choices: [sim, native]
     default: sim
   defects:
-    description: Simulated runner defect switches in force (red checks only).
+    description:
+      - Simulated runner defect switches in force (red checks only).
+      - A run with any is diagnostic; its verdict is never PASS (C(run.diagnostic)).
     type: list
     elements: str
     default: []
+  artifacts:
+    description:
+      - The executables the run uses, each with the sha256 the nodes must run (recorded in C(run.json)).
+      - The verifier holds every runner, verbs library and observer the supervisors journaled as
+        exec'd or preloaded against these (C(identity.artifacts)), and the verdict names them. A run
+        without them cannot pass.
+    type: dict
+    suboptions:
+      runner:
+        description: The runner (the simulated runner's zipapp, or the installed binary).
+        type: dict
+        required: true
+        suboptions:
+          kind:
+            description: C(sim) or C(native); must be O(runner_kind).
+            type: str
+            required: true
+            choices: [sim, native]
+          path:
+            description: Its absolute path on the controller (informational; the hash is what binds).
+            type: path
+            required: true
+          sha256:
+            description: Its sha256, 64 lowercase hex digits.
+            type: str
+            required: true
+      verbs_library:
+        description: The verbs library the runner loads (the loopback provider), or null when none is pinned.
+        type: dict
+        suboptions:
+          path:
+            description: Its absolute path on the controller.
+            type: path
+            required: true
+          sha256:
+            description: Its sha256, 64 lowercase hex digits.
+            type: str
+            required: true
+      observers:
+        description:
+          - The observer libraries the nodes preload, by tool name (C(accounting), C(cq_fault),
+            C(uverbs_fault)), each a mapping of C(path) (absolute) and C(sha256) and nothing else.
+        type: dict
+        default: {}
 attributes:
   check_mode:
     support: full
@@ -93,8 +143,16 @@ run_json:
   returned: success
   type: str
   sample: /var/tmp/orbite-runs/ra-1/run.json
+cases:
+  description: The IDs the gate gives each case's processes, by case ID (as written to C(case.json)).
+  returned: success
+  type: dict
+  sample:
+    rail-accounting:
+      supervisor_run_id: ra-1-rail-accounting
+      registrations: {source: ra-1-rail-accounting-source, requester: ra-1-rail-accounting-requester}
 code:
-  description: Stable failure code (C(run_plan.invalid) for bad cases or another run's directory).
+  description: Stable failure code (C(run_plan.invalid) for bad cases, artifacts or another run's directory).
   returned: failure
   type: str
   sample: run_plan.invalid
@@ -104,7 +162,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import (
+    RunPlanError,
+    case_ids,
+    write_plan,
+)
 
 
 def main():
@@ -120,6 +182,18 @@ def main():
             "allow_dirty": {"type": "bool", "default": False},
             "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
             "defects": {"type": "list", "elements": "str", "default": []},
+            "artifacts": {"type": "dict", "options": {
+                "runner": {"type": "dict", "required": True, "options": {
+                    "kind": {"type": "str", "required": True, "choices": ["sim", "native"]},
+                    "path": {"type": "path", "required": True},
+                    "sha256": {"type": "str", "required": True},
+                }},
+                "verbs_library": {"type": "dict", "options": {
+                    "path": {"type": "path", "required": True},
+                    "sha256": {"type": "str", "required": True},
+                }},
+                "observers": {"type": "dict", "default": {}},
+            }},
         },
         supports_check_mode=True,
     )
@@ -127,12 +201,13 @@ def main():
     try:
         changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
-                             defects=params["defects"])
+                             defects=params["defects"], artifacts=params["artifacts"])
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:
         fail_from(module, error, prefix=f"run_dir={params['run_dir']}: cannot be written")
-    module.exit_json(changed=changed, run_json=os.path.join(params["run_dir"], "run.json"))
+    module.exit_json(changed=changed, run_json=os.path.join(params["run_dir"], "run.json"),
+                     cases={case["id"]: case_ids(params["run_id"], case["id"]) for case in params["cases"]})
 
 
 if __name__ == "__main__":

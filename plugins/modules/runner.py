@@ -9,14 +9,19 @@ short_description: Launch an OrbiTE engine runner under the node's lock supervis
 version_added: 0.1.0
 description:
   - O(state=started) writes the runner contract's case file (C(docs/runner-contract.md)) into a
-    fresh private O(output_dir), checks every observer library against its pinned sha256, and
-    launches the runner as a child of the node's supervisor with those libraries in C(LD_PRELOAD)
-    (only when the mode needs them) and without C(RDMAV_ALLOW_DISASSOC_DESTROY).
+    fresh private O(output_dir), checks every observer library and the O(verbs_library) against
+    their pinned sha256, and launches the runner as a child of the node's supervisor with those
+    libraries in C(LD_PRELOAD) (only when the mode needs them) and without
+    C(RDMAV_ALLOW_DISASSOC_DESTROY). The supervisor runs the runner from a copy pinned to
+    O(runner_sha256) and journals the case file it was given.
   - For the source, O(state=started) returns only once the runner wrote C(ready.json) (it listens on
     its service address), so the requester can be started next (an explicit readiness barrier). It
     fails at once if the source exits first.
   - O(state=finished) waits for the child to exit (up to O(timeout)), renewing the supervisor's
     lease meanwhile, and returns its exit status.
+  - O(state=restart_point) (installed-restart, C(docs/restart.md)) waits until the runner O(pid) wrote
+    C(restart-point.json) in O(output_dir) (its generation's rounds done and drained), renewing the lease
+    meanwhile; it fails at once if the runner exits first. Only then may the fault role be killed.
 author:
   - OrbiTE qualification team (@orbite-qualification)
 extends_documentation_fragment:
@@ -25,9 +30,9 @@ extends_documentation_fragment:
   - orbite.qualification._root
 options:
   state:
-    description: Launch the runner, or wait for a launched one to finish.
+    description: Launch the runner, wait for a launched one to finish, or wait for its restart point.
     type: str
-    choices: [started, finished]
+    choices: [started, finished, restart_point]
     default: started
   supervisor_run_dir:
     description:
@@ -44,9 +49,10 @@ options:
     elements: str
   runner_sha256:
     description:
-      - The pinned sha256 of the first element of O(runner_argv) (the installed binary, from the
-        installation manifest). When given, the supervisor runs it only from a copy it made while
-        checking that hash, so a binary swapped after the installation check never runs.
+      - The pinned sha256 of the runner, the last element of O(runner_argv) (the installed binary,
+        from the installation manifest, or the simulated runner's zipapp that the interpreter runs).
+        When given, the supervisor hands it over only as a copy it made while checking that hash, so
+        a runner swapped after the check never runs.
     type: str
   output_dir:
     description: Directory on the node for the case file and receipts; it must not hold receipts already.
@@ -125,14 +131,30 @@ options:
   observers:
     description:
       - The observers the mode loads into this runner (C(accounting), C(cq_fault), C(uverbs_fault)),
-        written into the case file. The simulated runner models them in-process.
+        written into the case file; the libraries themselves are O(ld_preload), for either runner kind.
     type: list
     elements: str
     default: []
+  verbs_library:
+    description:
+      - The verbs library the runner loads, written into the case file as C(verbs_library); in the
+        simulated lab, its loopback verbs provider. Its sha256 is checked here, and by the runner on
+        the bytes it loads. Omitted, the runner uses the system's C(libibverbs.so.1).
+    type: dict
+    suboptions:
+      path:
+        description: Absolute path of the library on the node.
+        type: path
+        required: true
+      sha256:
+        description: The library's pinned sha256, lower-case hex.
+        type: str
+        required: true
   ld_preload:
     description:
       - Native observer libraries to load by C(LD_PRELOAD), in load order. A library whose sha256
-        differs from its pin is refused. Only for a native runner and only where the mode needs them.
+        differs from its pin is refused. Only where the mode needs them, for either runner kind; the
+        simulated runner runs on the loopback verbs provider, so the real observers see its verbs calls.
       - The supervisor hashes each library again while copying it into a sealed anonymous file,
         and preloads that copy (C(/proc/self/fd/N)), so the bytes loaded are the bytes checked.
     type: list
@@ -167,10 +189,15 @@ options:
     type: float
     default: 60
   child_id:
-    description: The supervisor's child ID of the runner (C(child_id) of RV(child)), with O(state=finished).
+    description: The supervisor's child ID of the runner (C(child_id) of RV(child)), with O(state=finished) or
+      O(state=restart_point).
     type: str
+  pid:
+    description: The runner's pid (C(pid) of RV(child)), with O(state=restart_point); the restart point must be its.
+    type: int
   timeout:
-    description: Seconds to wait for the runner to exit, with O(state=finished).
+    description: Seconds to wait for the runner to exit (O(state=finished)) or reach its restart point
+      (O(state=restart_point)).
     type: float
     default: 600
 attributes:
@@ -195,6 +222,8 @@ EXAMPLES = r"""
   orbite.qualification.runner:
     supervisor_run_dir: "{{ node_supervisor_run_dir }}"
     runner_argv: ["/usr/bin/python3", "/opt/orbite/orbite-sim-runner.pyz"]
+    runner_sha256: "{{ orbite_artifacts.runner.sha256 }}"
+    verbs_library: {path: /opt/orbite/native/libibverbs.so.1, sha256: "{{ orbite_artifacts.verbs_library.sha256 }}"}
     output_dir: /var/tmp/orbite/run-1/read-polling/source/g1
     role: source
     run_id: run-1
@@ -257,12 +286,18 @@ output_dir:
   type: str
   sample: /var/tmp/orbite/ra-1/read-polling/source/g1
 ready:
-  description: The source's C(ready.json) (bound service address, data address, epoch, pid); null for the requester.
+  description: The source's C(ready.json) (bound service address, epoch, pid); null for the requester.
   returned: O(state=started), not in check mode
   type: dict
   sample: {schema: orbite.runner-ready, version: 1, protocol: orbite-installed-host-v4, pid: 8656, role: source,
            generation: 1, epoch: 8781239018231, registration_id: ra-1-read-polling-source,
-           service_address: "127.0.0.11:40123", data_address: "127.0.0.11:40124"}
+           service_address: "127.0.0.11:40123"}
+restart_point:
+  description: The runner's C(restart-point.json) (pid, role, generation, epoch), with O(state=restart_point).
+  returned: O(state=restart_point)
+  type: dict
+  sample: {schema: orbite.runner-restart-point, version: 1, protocol: orbite-installed-host-v4, pid: 8656,
+           role: source, generation: 1, epoch: 8781239018231, survivor: false, rounds: 3}
 env_stripped:
   description: Names of O(env) variables the supervisor dropped (not on its allowlist).
   returned: O(state=started), not in check mode
@@ -275,8 +310,9 @@ ledger:
   type: str
   sample: /var/tmp/orbite/ra-1/read-polling/source/g1/ledger.json
 code:
-  description: Stable failure code (C(bad_input), C(hash_mismatch), C(output_not_empty), C(launch_failed),
-    C(exited_before_ready), C(ready_invalid), C(ready_mismatch), C(ready_timeout), C(timeout), ...).
+  description: Stable failure code (C(bad_input), C(hash_mismatch) (a runner, observer or verbs library that is
+    not its pin), C(output_not_empty), C(launch_failed), C(exited_before_ready), C(ready_invalid), C(ready_mismatch),
+    C(ready_timeout), C(exited_before_restart_point), C(restart_point_mismatch), C(timeout), ...).
   returned: failure
   type: str
   sample: hash_mismatch
@@ -284,7 +320,12 @@ code:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._run.launch import RunnerError, finish, start
+from ansible_collections.orbite.qualification.plugins.module_utils._run.launch import (
+    RunnerError,
+    finish,
+    start,
+    wait_restart_point,
+)
 
 _STARTED_REQUIRES = ("runner_argv", "role", "run_id", "profile", "registration_id")
 
@@ -292,7 +333,7 @@ _STARTED_REQUIRES = ("runner_argv", "role", "run_id", "profile", "registration_i
 def main():
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["started", "finished"], "default": "started"},
+            "state": {"type": "str", "choices": ["started", "finished", "restart_point"], "default": "started"},
             "supervisor_run_dir": {"type": "path", "required": True},
             "runner_argv": {"type": "list", "elements": "str"},
             "runner_sha256": {"type": "str"},
@@ -316,6 +357,10 @@ def main():
             "registration_id": {"type": "str"},
             "peer_registration_id": {"type": "str"},
             "observers": {"type": "list", "elements": "str", "default": []},
+            "verbs_library": {"type": "dict", "options": {
+                "path": {"type": "path", "required": True},
+                "sha256": {"type": "str", "required": True},
+            }},
             "ld_preload": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
                 "sha256": {"type": "str", "required": True},
@@ -324,9 +369,11 @@ def main():
             "defects": {"type": "list", "elements": "str", "default": []},
             "ready_timeout": {"type": "float", "default": 60},
             "child_id": {"type": "str"},
+            "pid": {"type": "int"},
             "timeout": {"type": "float", "default": 600},
         },
-        required_if=[("state", "started", _STARTED_REQUIRES), ("state", "finished", ("child_id",))],
+        required_if=[("state", "started", _STARTED_REQUIRES), ("state", "finished", ("child_id",)),
+                     ("state", "restart_point", ("child_id", "pid"))],
         supports_check_mode=True,
     )
     params = module.params
@@ -335,6 +382,8 @@ def main():
             result = start(params, check_mode=module.check_mode)
         elif module.check_mode:
             result = {"changed": False}
+        elif params["state"] == "restart_point":
+            result = wait_restart_point(params)
         else:
             result = finish(params)
     except RunnerError as error:

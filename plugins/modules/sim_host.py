@@ -172,9 +172,9 @@ host:
       type: list
       elements: dict
       sample:
-        - {device: mlx5_0, port: 1, gid_index: 3, netdev: ens1f0, ipv4: 198.51.100.10, numa_node: 0,
+        - {device: mlx5_0, port: 1, gid_index: 3, netdev: ens1f0, ipv4: 127.51.100.10, numa_node: 0,
            mac: "0c:42:a1:00:00:10"}
-        - {device: mlx5_1, port: 1, gid_index: 3, netdev: ens2f0, ipv4: 198.51.100.11, numa_node: 1,
+        - {device: mlx5_1, port: 1, gid_index: 3, netdev: ens2f0, ipv4: 127.51.100.11, numa_node: 1,
            mac: "0c:42:a1:00:01:10"}
     ssh:
       description: Namespaced hosts only; C(address), C(port), C(user), C(host_key) and C(known_hosts_line).

@@ -44,6 +44,30 @@ options:
       - V(launch) only; the pinned sha256 of C(argv[0]). The supervisor then runs C(argv[0]) only
         from a copy it made while checking that hash (a mismatch fails with C(hash_mismatch)).
     type: str
+  argv_pins:
+    description:
+      - V(launch) only; files named by O(argv) entries that the child reads (a zipapp run by an
+        interpreter, its case file), as argv index (decimal text) to the pinned sha256, or null.
+      - The supervisor copies each one into a sealed anonymous file while hashing it and passes the
+        copy's C(/proc/self/fd/N) in place of the entry, so what the child reads is what was hashed;
+        a sha256 is checked (C(hash_mismatch) otherwise), null only records the hash in the journal
+        (C(child_start) C(pinned)). Index C(0) is C(argv[0]), exec'd from its copy (as O(exe_sha256)).
+      - Keys and values as in docs/supervisor.md (launch request).
+    type: dict
+  record_json:
+    description:
+      - V(launch) only; argv indexes pinned by O(argv_pins) whose file is a small JSON object (at most
+        256 KiB, such as the runner's case file). The journal's C(child_start) records it whole, so what
+        the child was told is on record. A file that is not a JSON object fails the launch (C(pin_failed)).
+    type: list
+    elements: int
+  env_pins:
+    description:
+      - V(launch) only; files named by O(env) values that the child reads (a library it loads by
+        path), as variable name to the pinned sha256, or null; pinned as O(argv_pins), the value
+        becomes the copy's C(/proc/self/fd/N). The variable must be kept by the allowlist.
+      - Keys and values as in docs/supervisor.md (launch request).
+    type: dict
   env:
     description:
       - V(launch) only; the child's whole environment, variable name to value (nothing is inherited).
@@ -195,6 +219,42 @@ error:
   returned: failure
   type: str
   sample: unknown_child
+pinned:
+  description:
+    - V(launch) only; every file pinned for the child, in the order of the journal's C(child_start)
+      C(pinned) (C(argv[0]), argv entries, env values, preloads).
+  returned: action is launch
+  type: list
+  elements: dict
+  contains:
+    what:
+      description: Which entry the file was given as (C(argv[0]), C(argv[3]), C(env[ORBITE_X]), C(ld_preload[0])).
+      type: str
+      sample: argv[1]
+    path:
+      description: The path it was read from.
+      type: str
+      sample: /var/tmp/orbite/r1/orbite-sim-runner.pyz
+    sha256:
+      description: The sha256 of the bytes the child got.
+      type: str
+      sample: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+    size:
+      description: Its size in bytes.
+      type: int
+      sample: 182734
+    copy:
+      description: C(memfd) (a sealed anonymous file) or C(private-copy) (an unlinked private file).
+      type: str
+      sample: memfd
+    loaded_as:
+      description: The name the child got for it (C(/proc/self/fd/N)).
+      type: str
+      sample: /proc/self/fd/5
+    json:
+      description: The file's JSON object, for the entries of O(record_json) only.
+      type: dict
+      sample: {"schema": "orbite.runner-case", "version": 1, "role": "source"}
 skipped_reason:
   description: V(launch) and V(signal) in check mode; why nothing was done.
   returned: check mode, action is launch or signal
@@ -209,16 +269,30 @@ code:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorClient,
     SupervisorError,
+    SupervisorInputError,
     SupervisorRequestError,
     default_run_dir,
 )
 
 # Options each action needs; required_if is keyed on the option name "action", never on its value.
 _NEEDS = {"launch": ("argv",), "wait": ("child_id",), "signal": ("child_id", "pid", "start_time")}
+
+
+def _argv_pins(pins):
+    """argv_pins as the client takes them: YAML keys are text ("1"), the client's are argv indexes."""
+    if not pins:
+        return None
+    out = {}
+    for key, sha in pins.items():
+        text = str(key)
+        if not (text.isascii() and text.isdigit() and len(text) <= 4):
+            raise SupervisorInputError(f"argv_pins key {quote(key)}: must be an argv index (0, 1, 2, ...)")
+        out[int(text)] = sha
+    return out
 
 
 def main():
@@ -236,6 +310,9 @@ def main():
                 "sha256": {"type": "str", "required": True},
             }},
             "exe_sha256": {"type": "str"},
+            "argv_pins": {"type": "dict"},
+            "env_pins": {"type": "dict"},
+            "record_json": {"type": "list", "elements": "int"},
             "stdout_path": {"type": "path"},
             "stderr_path": {"type": "path"},
             "child_id": {"type": "str"},
@@ -264,9 +341,10 @@ def main():
             env = {str(k): str(v) for k, v in p["env"].items()}
             child = client.launch(p["argv"], env=env, cwd=p["cwd"], ld_preload=p["ld_preload"],
                                   stdout_path=p["stdout_path"], stderr_path=p["stderr_path"],
-                                  exe_sha256=p["exe_sha256"])
-            stripped = child.pop("env_stripped")
-            module.exit_json(changed=True, child=child, env_stripped=stripped)
+                                  exe_sha256=p["exe_sha256"], argv_pins=_argv_pins(p["argv_pins"]),
+                                  env_pins=p["env_pins"], record_json=p["record_json"])
+            stripped, pinned = child.pop("env_stripped"), child.pop("pinned")
+            module.exit_json(changed=True, child=child, env_stripped=stripped, pinned=pinned)
         child = client.signal(p["child_id"], p["pid"], p["start_time"], p["signal"], reap=p["reap"],
                               timeout=p["timeout"])
         module.exit_json(changed=True, child=child)

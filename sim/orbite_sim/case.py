@@ -8,13 +8,16 @@ is opened or contacted before this passes.
 
 import json
 import os
+import re
 
 from . import PROTOCOL
 from .errors import CaseError
 
-SUPPORTED_MODES = ("installed-host", "installed-rail-accounting")
+SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart")
+RESTART_MODE = "installed-restart"
+FAULT_ROLES = ("source", "requester")
+RESTART_GENERATIONS = (2, 3)
 OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
-MODELLED_OBSERVERS = ("accounting",)
 DEFECTS = (
     "corrupt_byte",
     "overwrite_guard",
@@ -25,17 +28,25 @@ DEFECTS = (
     "mr_one_context",
     "payload_over_rendezvous",
     "wrong_slicing",
-    "drop_observer_completion",
     "stale_input",
     "exceed_sq_depth",
     "single_rail",
     "serial_parents",
 )
+# installed-restart only (docs/restart.md): each breaks one restart rule (tests/unit/sim/test_sim_restart.py).
+RESTART_DEFECTS = (
+    "stale_epoch_accepted",
+    "stale_epoch_qp",
+    "survivor_reregisters",
+    "reuse_epoch",
+    "drop_cached_qps",
+)
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
     "discovery", "service_address", "peer_address", "registration_id", "peer_registration_id",
-    "observers", "observer_log_dir", "seed", "timeouts", "defects",
+    "observers", "observer_log_dir", "seed", "timeouts", "defects", "verbs_library",
 )
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 RAIL_COUNT = 2
 MAX_PARENTS = 32
 MAX_PAYLOAD = 32 << 20
@@ -44,6 +55,10 @@ MAX_LANES = 3
 MAX_WRS_PER_ROUND = 65536
 DEFAULT_CONNECT_S = 30.0
 DEFAULT_ROUND_S = 300.0
+# How long a process idles at a restart point for the controller's kill (the fault role) or for its
+# peer's death and replacement (the survivor).
+DEFAULT_RESTART_S = 300.0
+TIMEOUTS = ("connect_s", "round_s", "restart_s")
 
 
 def _short(value):
@@ -165,15 +180,39 @@ def validate_case(raw):
     case["peer_registration_id"] = _str(raw, "peer_registration_id", "peer_registration_id",
                                         required=False, max_len=128)
     case["observers"] = _name_list(raw, "observers", OBSERVERS)
-    for i, tool in enumerate(case["observers"]):
-        if tool not in MODELLED_OBSERVERS:
-            _fail(f"observers[{i}]", tool, "the simulated runner models only " + ", ".join(MODELLED_OBSERVERS)
-                  + " so far (its fault modes are not implemented yet)")
     case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
-    case["defects"] = _name_list(raw, "defects", DEFECTS)
+    case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS)
+    case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
+    generations = case["profile"].get("generations", 1)
+    if case["generation"] > generations:
+        _fail("generation", case["generation"], f"must be <= profile.generations ({generations})")
+    restart = case["profile"]["mode"] == RESTART_MODE
+    case["survivor"] = restart and role != case["profile"]["fault_role"]
+    if restart:
+        case["timeouts"].setdefault("restart_s", DEFAULT_RESTART_S)
+    if case["survivor"] and case["generation"] != 1:
+        _fail("generation", case["generation"], "the survivor of installed-restart starts once, in generation 1")
     return case
+
+
+def _validate_verbs_library(spec):
+    """None (the system's libibverbs.so.1) or {path, sha256}: the pinned verbs provider to load."""
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        _fail("verbs_library", spec, "must be null or an object with path and sha256")
+    extra = sorted(set(spec) - {"path", "sha256"})
+    if extra:
+        _fail(f"verbs_library.{extra[0]}", spec[extra[0]], "is not a verbs_library field (path, sha256)")
+    path = spec.get("path")
+    if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+        _fail("verbs_library.path", path, "must be an absolute path")
+    sha256 = spec.get("sha256")
+    if not isinstance(sha256, str) or not SHA256_RE.match(sha256):
+        _fail("verbs_library.sha256", sha256, "must be 64 lower-case hex digits (the library's sha256)")
+    return {"path": path, "sha256": sha256}
 
 
 def _validate_profile(profile):
@@ -195,6 +234,13 @@ def _validate_profile(profile):
     del mask
     if "discovery" in p and p["discovery"] != "auto":
         _fail("profile.discovery", p["discovery"], "must be 'auto' when present")
+    if mode == RESTART_MODE:
+        if p.get("fault_role") not in FAULT_ROLES:
+            _fail("profile.fault_role", p.get("fault_role"), "must be 'source' or 'requester' (installed-restart)")
+        if p.get("generations") not in RESTART_GENERATIONS:
+            _fail("profile.generations", p.get("generations"), "must be 2 or 3 (installed-restart)")
+    elif p.get("generations", 1) != 1:
+        _fail("profile.generations", p.get("generations"), f"must be 1 in mode {mode}")
     # ceil() bounds what wrong_slicing can produce too.
     wrs = p["parents"] * -(-p["payload"] // p["block"])
     if wrs > MAX_WRS_PER_ROUND:
@@ -244,11 +290,11 @@ def _validate_discovery(disc):
 
 def _validate_timeouts(timeouts):
     if not isinstance(timeouts, dict):
-        _fail("timeouts", timeouts, "must be an object with connect_s and/or round_s")
+        _fail("timeouts", timeouts, "must be an object with connect_s, round_s and/or restart_s")
     out = {"connect_s": DEFAULT_CONNECT_S, "round_s": DEFAULT_ROUND_S}
     for key, value in timeouts.items():
-        if key not in out:
-            _fail(f"timeouts.{key}", value, "is not a timeout (connect_s, round_s)")
+        if key not in TIMEOUTS:
+            _fail(f"timeouts.{key}", value, "is not a timeout (connect_s, round_s, restart_s)")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             _fail(f"timeouts.{key}", value, "must be a positive number of seconds")
         out[key] = float(value)

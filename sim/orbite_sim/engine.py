@@ -6,31 +6,41 @@ Shape (docs/runner-contract.md section 4): one context per rail with persistent 
 ``num_lanes`` QPs per enabled rail created once and reused, three rounds with fresh input, all
 parents of a round submitted as one batch and posted interleaved on their shared QPs (at most the
 send-queue depth in flight per QP), completions reaped by polling or through completion channels.
-Every ledger figure is counted here, in the role engines (``requester``, ``source``) or in the
-verbs/NIC layers from the operations themselves.
-
-Fault modes fit here later: generations and epochs are already on every rendezvous message, typed
-errors carry RemoteEffect and drain facts, the resource table counts retained owners, the NIC can
-withhold or fail completions, and teardown records each destroy.
+Every verbs operation goes to the verbs provider (``verbs``); the provider moves the payload. The
+ledger's native counters are counted here at the engine's verbs calls; the provider's own byte
+counters are recorded beside them (``provider``), and the provider's count of held objects is the
+cross-check of the resource table at teardown.
 """
 
+import base64
+import copy
+import hashlib
 import os
 import random
 import sys
 import time
 
 from . import content, sysfs
-from .errors import EngineError, unavailable
-from .observer import AccountingObserver
-from .verbs import Allocator, Context, ResourceTable
+from .errors import EngineError, peer_lost, unavailable
+from .ledger import Ledger, write_json_atomic
+from .verbs import PROVIDER_COUNTERS, ResourceTable, VerbsError, gid_text, open_device
 
 RAILS = (0, 1)
 SEND_QUEUE_DEPTH = 8
 ROUNDS = 3
 CQ_DEPTH = 256
 CTRL_BYTES = 4096
+RESTART_POINT_NAME = "restart-point.json"
+# A generation's seed space: round r of generation g mixes g into the round number, so the survivor
+# (one epoch throughout) never repeats an earlier generation's input.
+ROUNDS_PER_SEED_SPACE = 16
+BYTE_COUNTERS = ("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed")
 
 _rng = random.SystemRandom()
+
+
+def peer_gone(message):
+    return peer_lost("restart", message)
 
 
 def fresh_u64():
@@ -52,19 +62,22 @@ def profile_key(profile):
                                     "num_lanes", "mask")}
 
 
-def strict_gid_request(root, device, port):
+def strict_gid_request(provider, root, device, port):
     """A separate engine asks for GID index 255 strictly; it must fail Unavailable and hold nothing."""
     table = ResourceTable()
-    ctx = Context(table, Allocator(0), 0, device)
-    result, error = "Ok", None
+    result, error, ctx = "Ok", None, None
     try:
+        ctx = open_device(provider, table, 0, device)
         sysfs.describe_rail(root, device, port, 255)
+    except VerbsError as exc:
+        result, error = "Unavailable", unavailable("open_device", str(exc), expected=True).as_dict()
     except EngineError as exc:
         result = exc.error
         exc.expected = True
         error = exc.as_dict()
     finally:
-        ctx.close()  # a failed open releases what it acquired; an Ok one is closed as well
+        if ctx is not None:
+            ctx.close()  # a failed open releases what it acquired; an Ok one is closed as well
     return {"device": device, "port": port, "gid_index": 255, "result": result, "error": error,
             "owners_acquired": table.acquired, "retained_owners": table.live_count()}
 
@@ -94,7 +107,7 @@ class Round:
     def __init__(self, round_no):
         self.round_no = round_no
         self.started = None
-        self.data_before = None  # data-channel counters when the round's traffic starts
+        self.provider_before = None  # the provider's own counters when the round's traffic starts
         self.native_before = None  # native counters per rail when the transfer starts
         self.created = set()  # QPNs created for this round
         self.seed = None
@@ -108,11 +121,12 @@ class Engine:
 
     role = None
 
-    def __init__(self, case, output, ledger):
+    def __init__(self, case, output, ledger, provider):
         self.case = case
         self.output = output
         self.ledger = ledger
         self.doc = ledger.doc
+        self.provider = provider
         self.profile = case["profile"]
         self.defects = set(case["defects"])
         self.timeouts = case["timeouts"]
@@ -124,22 +138,31 @@ class Engine:
         self.lanes = self.profile["num_lanes"]
         self.mask = self.profile["mask"]
         self.enabled_rails = [r for r in RAILS if self.mask & (1 << r)]
-        self.epoch = _rng.randrange(1, 1 << 63)
+        self.generation = case["generation"]
+        self.generations = self.profile.get("generations", 1)
+        self.restart = self.profile["mode"] == "installed-restart"
+        self.survivor = case.get("survivor", False)
+        if "reuse_epoch" in self.defects:
+            # The defect: an epoch derived from the registration, so every process of it has the same one.
+            digest = hashlib.sha256(case["registration_id"].encode()).digest()
+            self.epoch = int.from_bytes(digest[:8], "little") % ((1 << 63) - 1) + 1
+        else:
+            self.epoch = _rng.randrange(1, 1 << 63)
+        self.peer_epochs = []  # every epoch a peer announced to this process, in order (the survivor's stale ones)
         self.base_seed = case["seed"] if case["seed"] is not None else fresh_u64()
         self.first_seed = None  # round 1's input seed (the stale_input defect reuses it)
         self.table = ResourceTable()
-        self.alloc = Allocator(_rng.randrange(0x100, 0xF00000))
         self.arena = bytearray(self.parents * content.stride(self.payload))
-        self.contexts = {}  # rail -> {"ctx", "pd", "cq", "channel", "mrs": {kind: mr}, "ctrl": bytearray}
+        self.contexts = {}  # rail -> {"ctx", "pd", "cq", "channel", "mrs": {kind: mr}, "ctrl", "port", ...}
         self.qp_records = {}  # qpn -> ledger record
         self.all_qps = []  # every QP this engine created, destroyed or not
-        self.listeners = []  # the source's listening sockets
-        self.observer = None
+        self.listeners = []  # the source's listening socket
         self.round_no = 0
         self.rv = None
-        self.nic = None
         self.rounds_failed_checks = False
         self.doc["epoch"] = self.epoch
+        self.doc["restart"] = self.restart_record() if self.restart else None
+        self.doc["verbs_library"] = provider.record()
         self.doc["workload"] = {
             "parents": self.parents,
             "payload": self.payload,
@@ -170,7 +193,7 @@ class Engine:
             found["strict_gid_request"] = None
             raise unavailable("open_device", "discovery: no candidate RNIC (see discovery.excluded)")
         first = found["candidates"][0]
-        found["strict_gid_request"] = strict_gid_request(root, first["device"], first["port"])
+        found["strict_gid_request"] = strict_gid_request(self.provider, root, first["device"], first["port"])
         if len(found["candidates"]) < len(RAILS):
             raise unavailable("open_device", f"discovery: {len(found['candidates'])} candidate RNIC(s), "
                               f"both rails need one (chosen {found['chosen_nic_ids']})")
@@ -179,51 +202,61 @@ class Engine:
 
     def open(self):
         rails = self.choose_rails()
-        arena_view = memoryview(self.arena)
         for rail, info in zip(RAILS, rails):
-            ctx = Context(self.table, self.alloc, rail, info["device"])
-            pd = ctx.alloc_pd()
-            channel = ctx.create_comp_channel() if self.events else None
-            cq = ctx.create_cq(CQ_DEPTH, channel)
-            ctrl = bytearray(CTRL_BYTES)
-            mrs = {}
-            # Persistent MRs on every context, whatever the mask (mr_one_context: only enabled rails).
-            if "mr_one_context" not in self.defects or rail in self.enabled_rails:
-                mrs["data"] = ctx.reg_mr(pd, arena_view, "data")
-                mrs["ctrl"] = ctx.reg_mr(pd, memoryview(ctrl), "ctrl")
-            self.contexts[rail] = {"ctx": ctx, "pd": pd, "cq": cq, "channel": channel, "mrs": mrs, "ctrl": ctrl}
-            self.doc["rails"].append({
-                "rail": rail, "device": info["device"], "port": info["port"], "gid_index": info["gid_index"],
-                "gid": info["gid"], "gid_type": info["gid_type"], "netdev": info["netdev"],
-                "numa_node": info["numa_node"], "enabled": rail in self.enabled_rails,
-                "context": ctx.handle, "nic_id": info["nic_id"],
-            })
+            try:
+                self._open_rail(rail, info)
+            except VerbsError as exc:
+                raise unavailable("open_device", f"rail {rail} ({info['device']}): {exc}") from None
         self._render_contexts()
 
-    def attach_observer(self, parent_of):
-        if "accounting" not in self.case["observers"]:
-            return
-        log_dir = self.case["observer_log_dir"] or self.output
-        os.makedirs(log_dir, mode=0o700, exist_ok=True)
-        self.observer = AccountingObserver(os.path.join(log_dir, "observer-accounting.jsonl"), parent_of,
-                                           drop_first_completion="drop_observer_completion" in self.defects)
-        for entry in self.contexts.values():
-            entry["ctx"].observer = self.observer
+    def _open_rail(self, rail, info):
+        ctx = open_device(self.provider, self.table, rail, info["device"])
+        entry = {"ctx": ctx, "pd": None, "cq": None, "channel": None, "mrs": {}, "ctrl": bytearray(CTRL_BYTES),
+                 "port": info["port"], "gid_index": info["gid_index"]}
+        self.contexts[rail] = entry  # before the rest, so teardown releases what was acquired
+        # The AV's source GID is the provider's; it must be the GID the host's sysfs shows.
+        raw = ctx.query_gid(info["port"], info["gid_index"])
+        if gid_text(raw) != info["gid"]:
+            raise unavailable("open_device", f"{info['device']} port {info['port']} GID {info['gid_index']}: "
+                              f"the verbs library reports {gid_text(raw)}, sysfs {info['gid']}")
+        entry["gid"] = raw
+        entry["pd"] = ctx.alloc_pd()
+        entry["channel"] = ctx.create_comp_channel() if self.events else None
+        entry["cq"] = ctx.create_cq(CQ_DEPTH, entry["channel"])
+        # Persistent MRs on every context, whatever the mask (mr_one_context: only enabled rails).
+        if "mr_one_context" not in self.defects or rail in self.enabled_rails:
+            entry["mrs"]["data"] = ctx.reg_mr(entry["pd"], self.arena, "data")
+            entry["mrs"]["ctrl"] = ctx.reg_mr(entry["pd"], entry["ctrl"], "ctrl")
+        self.doc["rails"].append({
+            "rail": rail, "device": info["device"], "port": info["port"], "gid_index": info["gid_index"],
+            "gid": info["gid"], "gid_type": info["gid_type"], "netdev": info["netdev"],
+            "numa_node": info["numa_node"], "enabled": rail in self.enabled_rails,
+            "context": ctx.handle, "nic_id": info["nic_id"],
+        })
+
+    def segment(self, rail):
+        """What a peer needs of this engine's MRs on ``rail`` (keys and iova addresses), or None."""
+        mrs = self.contexts[rail]["mrs"]
+        if "data" not in mrs:
+            return None
+        return {"rail": rail, "data_rkey": mrs["data"].rkey, "data_addr": mrs["data"].addr,
+                "data_length": mrs["data"].length, "ctrl_rkey": mrs["ctrl"].rkey, "ctrl_addr": mrs["ctrl"].addr}
 
     def _render_contexts(self):
         out = []
         for rail in RAILS:
-            entry = self.contexts[rail]
-            ch = entry["channel"]
+            entry = self.contexts.get(rail)
+            if entry is None or entry["cq"] is None:
+                continue  # a set-up that failed half-way: its owners are counted at teardown
+            ch, cq = entry["channel"], entry["cq"]
             mrs = []
             for mr in entry["mrs"].values():
-                mrs.append({"mr": mr.handle, "kind": mr.kind, "length": mr.length, "lkey": mr.lkey,
+                mrs.append({"mr": mr.handle, "kind": mr.kind_name, "length": mr.length, "lkey": mr.lkey,
                             "rkey": mr.rkey, "registered_round": 0,
                             "deregistered_round": "teardown" if not mr.live else None, "live": mr.live})
             out.append({"context": entry["ctx"].handle, "rail": rail, "device": entry["ctx"].device,
                         "pd": entry["pd"].handle,
-                        "cqs": [{"cq": entry["cq"].handle, "depth": entry["cq"].depth,
-                                 "channel": ch.handle if ch else None}],
+                        "cqs": [{"cq": cq.handle, "depth": cq.depth, "channel": ch.handle if ch else None}],
                         "completion_channel": ch.handle if ch else None, "mrs": mrs})
         self.doc["contexts"] = out
 
@@ -231,7 +264,10 @@ class Engine:
 
     def new_qp(self, rail, lane, round_no, max_send_wr=SEND_QUEUE_DEPTH):
         entry = self.contexts[rail]
-        qp = entry["ctx"].create_qp(entry["pd"], entry["cq"], lane, self.operation, max_send_wr)
+        try:
+            qp = entry["ctx"].create_qp(entry["pd"], entry["cq"], lane, self.operation, max_send_wr)
+        except VerbsError as exc:
+            raise unavailable("connect_qp", f"rail {rail} lane {lane}: {exc}", round_no=round_no) from None
         record = {"qpn": qp.qpn, "context": entry["ctx"].handle, "rail": rail, "lane": lane,
                   "operation": self.operation, "cq": entry["cq"].handle, "peer_qpn": None,
                   "max_send_wr": max_send_wr, "created_round": round_no, "destroyed_round": None, "state": "RTS"}
@@ -240,9 +276,23 @@ class Engine:
         self.all_qps.append(qp)
         return qp
 
-    def connect_qp(self, qp, peer_qpn, transmit):
-        qp.connect(peer_qpn, transmit)
-        self.qp_records[qp.qpn]["peer_qpn"] = peer_qpn
+    def qp_offer(self, qp):
+        """This QP as the peer needs it (QPN, GID, the data MR's rkey and address), as on RoCE."""
+        entry = self.contexts[qp.context.rail]
+        seg = self.segment(qp.context.rail) or {"data_rkey": 0, "data_addr": 0}
+        return {"rail": qp.context.rail, "lane": qp.lane, "operation": qp.operation, "qpn": qp.qpn,
+                "gid": gid_text(entry["gid"]), "rkey": seg["data_rkey"], "addr": seg["data_addr"]}
+
+    def connect_qp(self, qp, peer, round_no):
+        """Move ``qp`` to RTS towards the peer QP ``peer`` (an offer: qpn, gid)."""
+        entry = self.contexts[qp.context.rail]
+        try:
+            qp.connect(entry["port"], entry["gid_index"], int(peer["qpn"]), bytes.fromhex(
+                str(peer["gid"]).replace(":", "")))
+        except (VerbsError, ValueError) as exc:
+            raise EngineError("ProtocolError", "connect_qp", f"QP {qp.qpn} to peer {peer}: {exc}",
+                              round_no=round_no) from None
+        self.qp_records[qp.qpn]["peer_qpn"] = qp.peer_qpn
 
     def destroy_qp(self, qp, when):
         qp.destroy()
@@ -258,7 +308,8 @@ class Engine:
         stale_input: from round 2 on, round 1's seed again and the arena left as it is."""
         if "stale_input" in self.defects and self.first_seed is not None:
             return self.first_seed
-        seed = content.round_seed(self.base_seed, self.epoch, round_no)
+        seed = content.round_seed(self.base_seed, self.epoch,
+                                  round_no + ROUNDS_PER_SEED_SPACE * (self.generation - 1))
         content.fill_input(self.arena, self.parents, self.payload, seed)
         if self.first_seed is None:
             self.first_seed = seed
@@ -270,17 +321,24 @@ class Engine:
         content.prepare_destination(self.arena, self.parents, self.payload, guard_seed)
         return guard_seed
 
-    def after_land(self, offset, length):
-        """Destination-side defects, called by the NIC when payload lands here: parent 0, round 1 only."""
+    def spoil_landed(self, first, last):
+        """Destination-side defects, applied by this engine to its own buffer once bytes of parent 0 landed
+        (round 1 only; the provider moved them intact): ``first`` = its first slice landed (corrupt_byte
+        flips the first payload byte), ``last`` = its last one (overwrite_guard flips the byte after it)."""
         if self.round_no != 1:
             return
         start = content.region_offset(0, self.payload)
-        if not start <= offset < start + self.payload:
-            return
-        if "corrupt_byte" in self.defects and offset == start:
-            self.arena[offset] ^= 0xFF
-        if "overwrite_guard" in self.defects and offset + length == start + self.payload:
-            self.arena[offset + length] ^= 0xFF
+        if "corrupt_byte" in self.defects and first:
+            self.arena[start] ^= 0xFF
+        if "overwrite_guard" in self.defects and last:
+            self.arena[start + self.payload] ^= 0xFF
+
+    def ship_payload_over_rendezvous(self, round_no):
+        """payload_over_rendezvous: the data side also sends every parent's payload as rendezvous messages."""
+        for p in range(self.parents):
+            off = content.region_offset(p, self.payload)
+            self.rv.send("PAYLOAD", round=round_no, parent=p,
+                         data=base64.b64encode(self.arena[off : off + self.payload]).decode())
 
     def parent_entry(self, pid, rail, lane, qpn, requested, completed, slices, status):
         return {"parent": pid, "rail": rail, "lane": lane, "qpn": qpn, "requested_bytes": requested,
@@ -305,7 +363,7 @@ class Engine:
 
     def record_round(self, rnd, *, batches, parents, wrs, usage, public, drain, progress, skew_rail=None):
         """Append the round's ledger record (docs/receipts.md section 1) and return it."""
-        rendezvous, data_channel = self.traffic(rnd.round_no, rnd.data_before)
+        now = self.provider.counters()
         finished = time.time()
         record = {
             "round": rnd.round_no, "epoch": self.epoch, "peer_epoch": self.rv.peer_epoch, "input_seed": rnd.seed,
@@ -314,7 +372,8 @@ class Engine:
             "qp_usage": usage, "qps_created": len(rnd.created),
             "qps_reused": sum(1 for u in usage if u["reused"]),
             "counters": {"public": public, "native": self.native_counters(rnd.native_before, skew_rail)},
-            "drain": drain, "progress": progress, "rendezvous": rendezvous, "data_channel": data_channel,
+            "drain": drain, "progress": progress, "rendezvous": self.rv.counters(rnd.round_no),
+            "provider": {k: now[k] - rnd.provider_before[k] for k in now},
             "errors": [],
         }
         self.doc["rounds"].append(record)
@@ -335,14 +394,149 @@ class Engine:
                 "cqes": sum(v["cqes"] for v in per_rail.values()),
                 "per_rail": per_rail}
 
-    def traffic(self, round_no, data_before):
-        data_now = self.nic.ch.counters()
-        return self.rv.counters(round_no), {k: data_now[k] - data_before[k] for k in data_now}
-
     def checkpoint(self):
         self.ledger.checkpoint()
-        if self.observer is not None:
-            self.observer.flush()
+
+    # ------------------------------------------------------------------ restart (docs/restart.md)
+
+    def restart_record(self):
+        return {"fault_role": self.profile["fault_role"], "survivor": self.survivor, "generation": self.generation,
+                "retired_qps": [], "stale_probes": [], "restart_point": None}
+
+    def note_peer_epoch(self, epoch):
+        self.peer_epochs.append(epoch)
+
+    def at_restart_point(self):
+        """End of a nonfinal generation, three rounds drained: write this generation's ledger as final
+        ('idle') with what is still held, then the restart-point receipt the controller waits for before
+        it kills the fault role. Cached QPs and the persistent MRs stay live (drop_cached_qps: the QPs go)."""
+        if "drop_cached_qps" in self.defects:
+            for qp in self.live_qp_list():
+                self.destroy_qp(qp, "restart")
+            self.forget_qps()
+        live_qps = [qp.qpn for qp in self.all_qps if qp.live]
+        self._render_contexts()
+        self.doc["restart"]["restart_point"] = {
+            "at": time.time(), "qps_live": live_qps,
+            "mrs_live": sum(1 for e in self.contexts.values() for mr in e["mrs"].values() if mr.live),
+            "provider_held": self.provider.held(), "table_live": self.table.live_count(),
+        }
+        self.totals()  # of this generation: its ledger is final
+        self.ledger.idle()
+        write_json_atomic(os.path.join(self.output, RESTART_POINT_NAME), {
+            "schema": "orbite.runner-restart-point", "version": 1, "protocol": self.case["protocol"],
+            "pid": os.getpid(), "role": self.role, "generation": self.generation, "epoch": self.epoch,
+            "survivor": self.survivor, "rounds": len(self.doc["rounds"])})
+        print(f"orbite-runner: restart point of generation {self.generation}", flush=True)
+
+    def await_kill(self):
+        """The fault role after its restart point: idle with everything cached until the supervisor kills it."""
+        try:  # no message is due: any one is a ProtocolError, the end of the rendezvous a PeerLost
+            msg = self.rv.recv(self.timeouts["restart_s"], [])
+        except EngineError as exc:
+            if exc.error == "PeerLost":
+                raise peer_gone(f"the survivor went away at the restart point ({exc.message})") from None
+            if exc.error != "Timeout":
+                raise
+            raise EngineError("Timeout", "restart", f"not killed within {self.timeouts['restart_s']:g} s of the "
+                              "restart point") from None
+        raise EngineError("ProtocolError", "restart", f"unexpected {msg['kind']} while idle for the kill")
+
+    def await_peer_death(self):
+        """The survivor after its restart point: its peer's rendezvous ends when the supervisor kills it."""
+        try:  # no message is due: only the end of the rendezvous
+            msg = self.rv.recv(self.timeouts["restart_s"], [])
+        except EngineError as exc:
+            if exc.error == "Timeout":
+                raise EngineError("Timeout", "restart", f"the {self.peer_role()} was not killed within "
+                                  f"{self.timeouts['restart_s']:g} s of the restart point") from None
+            if exc.error != "PeerLost":
+                raise
+            self.rv.close()
+            return
+        raise EngineError("ProtocolError", "restart", f"unexpected {msg['kind']} while the peer should die")
+
+    def peer_role(self):
+        return "requester" if self.role == "source" else "source"
+
+    def next_generation(self):
+        """The survivor moves to the next generation: a ledger of its own in the sibling ``g<N>`` directory,
+        same pid, engine, epoch, registration and MRs; the QPs of the dead peer are retired (destroyed);
+        survivor_reregisters: the MRs are registered again (new keys), which the survivor must never do."""
+        self.generation += 1
+        self.output = os.path.join(os.path.dirname(os.path.normpath(self.output)), f"g{self.generation}")
+        os.makedirs(self.output, mode=0o700, exist_ok=True)
+        previous = self.doc
+        case = dict(self.case, generation=self.generation)
+        self.ledger = Ledger(os.path.join(self.output, "ledger.json"), case, case["defects"])
+        self.doc = self.ledger.doc
+        self.doc["pid"] = previous["pid"]
+        self.doc["started_at"] = previous["started_at"]
+        for key in ("hostname", "boot_id", "epoch", "verbs_library", "workload", "rails", "discovery",
+                    "service_address", "peer_registration_id"):
+            self.doc[key] = copy.deepcopy(previous[key])
+        self.doc["restart"] = self.restart_record()
+        retired = []
+        for qp in self.live_qp_list():
+            self.destroy_qp(qp, "restart")
+            retired.append(qp.qpn)
+        self.forget_qps()
+        self.doc["restart"]["retired_qps"] = retired
+        self.qp_records = {}
+        if "survivor_reregisters" in self.defects:
+            for entry in self.contexts.values():
+                for kind, mr in list(entry["mrs"].items()):
+                    buffer = self.arena if kind == "data" else entry["ctrl"]
+                    mr.dereg()
+                    entry["mrs"][kind] = entry["ctx"].reg_mr(entry["pd"], buffer, kind)
+        self._render_contexts()
+        self.round_no = 0
+        self.checkpoint()
+
+    def stale_probes(self):
+        """The survivor, with its peer's fresh epoch known: every earlier epoch of the peer must fail both
+        open_segment and a data submission with EpochMismatch, before any verbs call (no QP, no WR, no byte,
+        RemoteEffect None, drained locally). The typed errors go to ``errors``, the probes' before/after
+        counts to ``restart.stale_probes``."""
+        current = self.rv.peer_epoch
+        for stale in self.peer_epochs[:-1]:
+            for operation in ("open_segment", "submit"):
+                self.doc["restart"]["stale_probes"].append(self._stale_probe(operation, stale, current))
+        self.checkpoint()
+
+    def _stale_probe(self, operation, stale, current):
+        provider_before, held_before = self.provider.counters(), self.provider.held()
+        native_before, qps_before = self.native_snapshot(), self.table.acquired_kinds.get("qp", 0)
+        probe_qp = None
+        if "stale_epoch_qp" in self.defects:  # the defect: a QP for the stale segment before the epoch check
+            rail = self.enabled_rails[0]
+            entry = self.contexts[rail]
+            probe_qp = entry["ctx"].create_qp(entry["pd"], entry["cq"], 0, self.operation, SEND_QUEUE_DEPTH)
+        error = None
+        if stale != current and "stale_epoch_accepted" not in self.defects:
+            peer = self.doc.get("peer_registration_id") or "the peer"
+            error = EngineError("EpochMismatch", operation, f"segment of {peer} at epoch {stale}, the peer is now "
+                                f"epoch {current}", remote_effect="None", locally_drained=True, expected=True)
+        if probe_qp is not None:
+            probe_qp.destroy()
+        provider_after, native_after = self.provider.counters(), self.native_snapshot()
+        qps_created = self.table.acquired_kinds.get("qp", 0) - qps_before
+        wrs = sum(native_after[r]["wrs"] - native_before[r]["wrs"] for r in RAILS)
+        nbytes = sum(provider_after[k] - provider_before[k] for k in BYTE_COUNTERS)
+        drained = all(qp.outstanding == 0 for qp in self.all_qps if qp.live)
+        if error is not None:
+            error.qps_created, error.wrs_posted, error.nbytes, error.locally_drained = qps_created, wrs, nbytes, drained
+            self.doc["errors"].append(error.as_dict())
+        return {"operation": operation, "peer_epoch": stale, "current_peer_epoch": current,
+                "result": "EpochMismatch" if error is not None else "Ok", "qps_created": qps_created,
+                "wrs_posted": wrs, "bytes": nbytes, "remote_effect": "None", "locally_drained": drained,
+                "provider_held_before": held_before, "provider_held_after": self.provider.held()}
+
+    def live_qp_list(self):
+        return [qp for qp in self.all_qps if qp.live]
+
+    def forget_qps(self):
+        """Drop the role's map of live QPs (each role keeps its own)."""
 
     # ------------------------------------------------------------------ end
 
@@ -351,45 +545,53 @@ class Engine:
         record = {"drained": not any(debt.values()), "debt_wrs": debt.get("wrs", 0),
                   "debt_bytes": debt.get("bytes", 0), "debt_grants": debt.get("grants", 0),
                   "qps_destroyed": 0, "mrs_deregistered": 0, "contexts_closed": 0, "retained_owners": 0,
-                  "errors": []}
+                  "provider_held": None, "errors": []}
+
+        def attempt(action, *args):
+            try:
+                action(*args)
+                return True
+            except VerbsError as exc:  # the object stays held: it is counted in retained_owners
+                record["errors"].append(EngineError("Unquiesced", "close", str(exc)).as_dict())
+                return False
+
         for qp in qps:
-            if qp.state != "DESTROYED":
-                self.destroy_qp(qp, "teardown")
+            if qp.live and attempt(self.destroy_qp, qp, "teardown"):
                 record["qps_destroyed"] += 1
         for rail in RAILS:
             entry = self.contexts.get(rail)
             if entry is None:
                 continue
             for mr in entry["mrs"].values():
-                if mr.live:
-                    mr.dereg()
+                if mr.live and attempt(mr.dereg):
                     record["mrs_deregistered"] += 1
-            entry["cq"].destroy()
-            if entry["channel"] is not None:
-                entry["channel"].destroy()
-            entry["pd"].dealloc()
-            if not entry["ctx"].closed:
-                entry["ctx"].close()
+            for owner, release in ((entry["cq"], "destroy"), (entry["channel"], "destroy"), (entry["pd"], "dealloc")):
+                if owner is not None and owner.live:
+                    attempt(getattr(owner, release))
+            if entry["ctx"].live and attempt(entry["ctx"].close):
                 record["contexts_closed"] += 1
         record["retained_owners"] = self.table.live_count()
+        # The provider's own count is the second witness of what stayed held.
+        held = self.provider.held()
+        record["provider_held"] = held
+        if sum(held.values()) != record["retained_owners"]:
+            record["errors"].append(EngineError(
+                "Internal", "close", f"the resource table holds {record['retained_owners']} owner(s), the verbs "
+                f"provider {held}").as_dict())
         if self.contexts:
             self._render_contexts()
         self.doc["teardown"] = record
-        if self.observer is not None:
-            self.observer.close()
         return record
 
     def abort(self):
-        """After a failure: stop threads and release what is still held, so the ledger can say what stayed."""
+        """After a failure: stop the rendezvous and release what is still held, so the ledger says what stayed."""
         if self.doc["teardown"] is not None:
             return
-        closers = (self.nic and self.nic.stop, self.rv and self.rv.close)
-        for closer in closers:
-            if closer:
-                try:
-                    closer()
-                except Exception as exc:  # recorded, never raised: the original error is the one that counts
-                    print(f"orbite-runner: cleanup: {exc}", file=sys.stderr)
+        if self.rv is not None:
+            try:
+                self.rv.close()
+            except Exception as exc:  # recorded, never raised: the original error is the one that counts
+                print(f"orbite-runner: cleanup: {exc}", file=sys.stderr)
         for listener in self.listeners:
             listener.close()
         try:
@@ -400,6 +602,10 @@ class Engine:
     def totals(self):
         rounds = self.doc["rounds"]
         persistent = sum(1 for c in self.doc["contexts"] for m in c["mrs"] if m["registered_round"] == 0)
+        provider = dict.fromkeys(PROVIDER_COUNTERS, 0)
+        for rnd in rounds:
+            for key, value in rnd["provider"].items():
+                provider[key] += value
         self.doc["totals"] = {
             "rounds_completed": len(rounds),
             "wrs_posted": sum(r["counters"]["native"]["wrs"] for r in rounds),
@@ -410,6 +616,5 @@ class Engine:
             "persistent_mrs": persistent,
             "rendezvous_bytes_sent": sum(r["rendezvous"]["bytes_sent"] for r in rounds),
             "rendezvous_bytes_received": sum(r["rendezvous"]["bytes_received"] for r in rounds),
-            "data_payload_bytes_sent": sum(r["data_channel"]["payload_bytes_sent"] for r in rounds),
-            "data_payload_bytes_received": sum(r["data_channel"]["payload_bytes_received"] for r in rounds),
+            "provider": provider,
         }

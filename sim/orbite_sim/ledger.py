@@ -42,6 +42,10 @@ class Ledger:
     def checkpoint(self):
         write_json_atomic(self.path, self.doc)
 
+    def idle(self):
+        """The restart point: this generation's ledger is final, the process lives on (status 'idle')."""
+        self.finish("idle", None)
+
     def finish(self, status, exit_code):
         self.doc["status"] = status
         self.doc["exit_code"] = exit_code
@@ -67,7 +71,7 @@ def _case_fields(case):
         "registration_id": case["registration_id"],
         "peer_registration_id": case.get("peer_registration_id"),
         "service_address": None,
-        "data_address": None,
+        "verbs_library": None,
         "peer_address": case.get("peer_address") if case["role"] == "requester" else None,
         "profile": profile,
         "workload": None,
@@ -78,4 +82,6 @@ def _case_fields(case):
         "rounds": [],
         "teardown": None,
         "totals": None,
+        # installed-restart only (docs/restart.md): this generation's restart facts.
+        "restart": None,
     }

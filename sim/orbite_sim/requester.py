@@ -5,7 +5,8 @@
 Each round the requester places the parents on its QPs (created in round 1, reused after), slices
 them, posts every slice interleaved per QP within the send-queue depth, reaps the completions by
 polling or through completion channels, checks what landed (READ), hands the grants back and
-records the round.
+records the round. It only posts and polls: the verbs provider moves the bytes and completes a WR
+once they have landed.
 """
 
 import collections
@@ -26,43 +27,77 @@ from .engine import (
     qp_usage,
     slice_plan,
 )
-from .errors import EngineError, unavailable
-from .nic import RequesterNic
-from .verbs import OPCODES, WC_STATUS_NAMES, WC_SUCCESS, VerbsError, WorkRequest
+from .errors import EngineError, peer_lost, unavailable
+from .verbs import OPCODES, WC_STATUS_NAMES, WC_SUCCESS, VerbsError
 
 POLL_BATCH = 64
-# Polling backs off after this many empty polls in a row, so the NIC thread gets the GIL.
-SPIN_EMPTY_POLLS = 16
-BACKOFF_S = 0.0001
+# Polling backs off after this many empty polls in a row, so the provider's threads get a CPU.
+SPIN_EMPTY_POLLS = 2
+BACKOFF_S = 0.00005
+# exceed_sq_depth: QPs of 9 send WRs, up to 9 posted at once (the provider enforces what was asked).
+EXCEEDED_DEPTH = SEND_QUEUE_DEPTH + 1
+# How long the events mode waits, after the last completion, for the event of a CQ armed just before it.
+EVENT_GRACE_S = 0.2
 
 
 class RequesterEngine(Engine):
     role = "requester"
 
-    def __init__(self, case, output, ledger):
-        super().__init__(case, output, ledger)
-        self.wr_parent = {}  # wr_id -> parent (the observer resolves parents with it)
+    def __init__(self, case, output, ledger, provider):
+        super().__init__(case, output, ledger, provider)
         self.wr_info = {}  # wr_id -> the WR's ledger record, this round
         self.next_wr_id = 0
         self.seq = 0
         self.segments = {}
         self.live_qps = {}  # (rail, lane) -> QueuePair
-        self.sq_depth = SEND_QUEUE_DEPTH + 1 if "exceed_sq_depth" in self.defects else SEND_QUEUE_DEPTH
+        self.qp_by_num = {}  # qpn -> live QueuePair
+        self.remote = {}  # qpn -> (the peer's data MR address, its rkey) this QP reaches
+        self.sq_depth = EXCEEDED_DEPTH if "exceed_sq_depth" in self.defects else SEND_QUEUE_DEPTH
 
     def run(self):
         self.open()
-        self.attach_observer(self.wr_parent.get)
         self.checkpoint()
         host, port = parse_address(self.case["peer_address"], "peer_address")
-        sock = wire.connect(host, port, self.timeouts["connect_s"], "rendezvous")
-        self.rv = wire.Rendezvous(sock, self.epoch)
-        self.open_segment()
-        for round_no in range(1, ROUNDS + 1):
-            self.run_round(round_no)
-            self.checkpoint()
+        timeout = self.timeouts["connect_s"]
+        while True:
+            self.connect_segment(host, port, timeout)
+            if self.peer_epochs[:-1]:
+                self.stale_probes()
+            for round_no in range(1, ROUNDS + 1):
+                self.run_round(round_no)
+                self.checkpoint()
+            if not self.restart or self.generation >= self.generations:
+                break
+            # installed-restart: the generation's restart point, both peers drained and idle.
+            self.rv.send("RESTART_POINT", generation=self.generation)
+            self.rv.recv(self.timeouts["round_s"], ["RESTART_ACK"])
+            self.at_restart_point()
+            if not self.survivor:
+                self.await_kill()
+            self.await_peer_death()
+            self.next_generation()
+            # The replacement source listens on the same service address once the controller started it.
+            timeout = self.timeouts["restart_s"]
         self.rv.send("BYE")
         self.rv.recv(self.timeouts["round_s"], ["BYE"])
         self.close()
+
+    def connect_segment(self, host, port, timeout):
+        """Connect and open the source's segment. After a restart the dying source's listener can still
+        complete a handshake and then reset it: the survivor tries again until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            sock = wire.connect(host, port, max(0.1, deadline - time.monotonic()), "rendezvous")
+            self.rv = wire.Rendezvous(sock, self.epoch)
+            try:
+                self.open_segment()
+                return
+            except EngineError as exc:
+                if exc.error != "PeerLost" or self.generation == self.case["generation"] \
+                        or time.monotonic() > deadline:
+                    raise
+                self.rv.close()
+                time.sleep(0.05)
 
     def open_segment(self):
         self.rv.send("HELLO", protocol=self.case["protocol"], role=self.role,
@@ -72,20 +107,17 @@ class RequesterEngine(Engine):
         welcome = self.rv.recv(self.timeouts["connect_s"], ["WELCOME"])
         self.rv.peer_epoch = welcome["epoch"]
         self.doc["peer_epoch"] = welcome["epoch"]
+        self.note_peer_epoch(welcome["epoch"])
         expected = self.case["peer_registration_id"]
         if expected is not None and welcome["registration_id"] != expected:
             raise unavailable("open_segment", f"source announced registration {welcome['registration_id']!r}, "
                               f"expected {expected!r}")
         self.segments = {int(s["rail"]): s for s in welcome["segments"]}
-        host, port = parse_address(welcome["data_address"], "WELCOME.data_address")
-        self.doc["data_address"] = welcome["data_address"]
-        sock = wire.connect(host, port, self.timeouts["connect_s"], "data channel")
-        channel = wire.DataChannel(sock)
-        channel.send(wire.BIND, 0, welcome["token"], 0, 0)
-        self.nic = RequesterNic(channel, self.rv, oob="payload_over_rendezvous" in self.defects,
-                                payload_timeout=self.timeouts["round_s"])
-        self.nic.after_land = self.after_land
-        self.nic.start()
+
+    def forget_qps(self):
+        self.live_qps = {}
+        self.qp_by_num = {}
+        self.remote = {}
 
     # --------------------------------------------------------------- QPs
 
@@ -95,6 +127,7 @@ class RequesterEngine(Engine):
         if round_no > 1 and "no_qp_reuse" in self.defects:
             for qp in list(self.live_qps.values()):
                 retire.append(qp.qpn)
+                del self.qp_by_num[qp.qpn]
                 self.destroy_qp(qp, round_no)
             self.live_qps = {}
         wanted = [(rail, lane) for rail in self.enabled_rails for lane in range(self.lanes)]
@@ -105,15 +138,19 @@ class RequesterEngine(Engine):
             if key not in self.live_qps:
                 qp = self.new_qp(key[0], key[1], round_no, self.sq_depth)
                 self.live_qps[key] = qp
+                self.qp_by_num[qp.qpn] = qp
                 created.append(qp)
         if created or retire:
-            self.rv.send("CONNECT_QPS", round=round_no, retire=retire,
-                         qps=[{"rail": q.context.rail, "lane": q.lane, "operation": q.operation, "qpn": q.qpn}
-                              for q in created])
+            self.rv.send("CONNECT_QPS", round=round_no, retire=retire, qps=[self.qp_offer(q) for q in created])
             reply = self.rv.recv(self.timeouts["connect_s"], ["QPS_ACCEPTED"])
-            peers = {int(k): v for k, v in reply["peer_qpns"].items()}
+            peers = reply["peers"]
             for qp in created:
-                self.connect_qp(qp, peers[qp.qpn], self.nic.transmit)
+                peer = peers.get(str(qp.qpn))
+                if peer is None:
+                    raise EngineError("ProtocolError", "connect_qp", f"the source accepted no QP for {qp.qpn}",
+                                      round_no=round_no)
+                self.connect_qp(qp, peer, round_no)
+                self.remote[qp.qpn] = (int(peer["addr"]), int(peer["rkey"]))
         return {q.qpn for q in created}
 
     # --------------------------------------------------------------- one round
@@ -124,10 +161,9 @@ class RequesterEngine(Engine):
 
     def run_round(self, round_no):
         self.round_no = round_no
-        self.nic.round_no = round_no
         rnd = Round(round_no)
         rnd.started = time.time()
-        rnd.data_before = self.nic.ch.counters()
+        rnd.provider_before = self.provider.counters()
         existing = {qp.qpn for qp in self.live_qps.values()}
         rnd.created = self.ensure_qps(round_no)
         placement = self.placement()
@@ -143,6 +179,8 @@ class RequesterEngine(Engine):
             rnd.seed, rnd.origin = self.local_input(round_no), "local"
             self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=rnd.seed)
             self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
+            if "payload_over_rendezvous" in self.defects:
+                self.ship_payload_over_rendezvous(round_no)
 
         prepared = time.time()
         rnd.native_before = self.native_snapshot()
@@ -163,7 +201,8 @@ class RequesterEngine(Engine):
         if any(p["status"] != "Completed" for p in parents):
             self.rounds_failed_checks = True
         checked = time.time()
-        self.rv.send("ROUND_DONE", round=round_no, released=list(range(self.parents)))
+        self.rv.send("ROUND_DONE", round=round_no, released=list(range(self.parents)),
+                     completed={str(p["parent"]): p["completed_bytes"] for p in parents})
         self.rv.recv(self.timeouts["round_s"], ["ROUND_DRAINED"])
         skew = self.enabled_rails[0] if ("skew_native_counter" in self.defects and round_no == 1) else None
         debt_wrs = sum(1 for w in wrs if w["completed_seq"] is None)
@@ -205,6 +244,11 @@ class RequesterEngine(Engine):
         deadline = time.monotonic() + self.timeouts["round_s"]
         cqs = [self.contexts[r]["cq"] for r in self.enabled_rails]
         channels = [self.contexts[r]["channel"] for r in self.enabled_rails] if self.events else []
+        last = len(sizes) - 1
+        if self.events:
+            # Armed before the first post, so the round's first completion signals its channel even when
+            # the polls reap every completion without waiting (a small, fast round).
+            armed = self._wait_events(cqs, channels, progress, deadline, False)
 
         while done < total:
             for qp, queue in queues.items():
@@ -225,9 +269,10 @@ class RequesterEngine(Engine):
             got = 0
             for cq in cqs:
                 progress["poll_calls"] += 1
-                for cqe in cq.poll(POLL_BATCH):
+                for wr_id, status, byte_len, qpn in cq.poll(POLL_BATCH):
                     got += 1
-                    self._complete(cqe, flight, usage, remaining, failed, parents, public)
+                    self._complete(wr_id, status, byte_len, qpn, flight, usage, remaining, failed, parents, public,
+                                   last)
             progress["cqes_polled"] += got
             done += got
             if got:
@@ -244,9 +289,16 @@ class RequesterEngine(Engine):
             else:
                 empty_run += 1
                 time.sleep(BACKOFF_S if empty_run > SPIN_EMPTY_POLLS else 0)
-        if self.nic.error:
-            raise EngineError("PeerLost", "wait", f"data channel: {self.nic.error}", round_no=round_no,
-                              remote_effect="Unknown", locally_drained=True, wrs_posted=len(wrs))
+        if self.events and progress["cq_arms"] and not progress["cq_events"]:
+            # The poll right after arming reaped the last completions: their event still signals the
+            # armed channel. Consume and acknowledge it (briefly waiting for it), as every armed
+            # notification must be, so it is this round's and never a later one's.
+            self._consume_events(cqs, channels, progress, EVENT_GRACE_S)
+        if failed and self.rv.closed_reason is not None:
+            # The WRs failed because the source went away (its connections broke with it).
+            raise peer_lost("wait", f"{len(failed)} parent(s) failed and the rendezvous closed "
+                            f"({self.rv.closed_reason})", round_no=round_no, remote_effect="Unknown",
+                            locally_drained=True, wrs_posted=len(wrs))
         for p in parents:
             if p["parent"] in failed:
                 p["status"] = "Failed"
@@ -257,7 +309,6 @@ class RequesterEngine(Engine):
         self.next_wr_id += 1
         wr_id = self.next_wr_id
         rail = qp.context.rail
-        seg = self.segments[rail]
         mr = self.contexts[rail]["mrs"].get("data")
         if mr is None:
             raise EngineError("InvalidArgument", "submit", f"rail {rail}: no data MR registered",
@@ -269,34 +320,37 @@ class RequesterEngine(Engine):
                   "completed_seq": None}
         self.seq += 1
         self.wr_info[wr_id] = record
-        self.wr_parent[wr_id] = parent["parent"]
+        peer_addr, peer_rkey = self.remote[qp.qpn]
         try:
-            qp.post_send(WorkRequest(wr_id, qp.operation, mr, local, length, local,
-                                     int(seg["data_rkey"])))
+            qp.post_send(wr_id, mr.addr + local, length, mr.lkey, peer_addr + local, peer_rkey)
         except VerbsError as exc:
             raise EngineError("Internal", "submit", str(exc), round_no=round_no,
                               parent=parent["parent"]) from None
-        except OSError as exc:
-            raise EngineError("PeerLost", "submit", f"data channel: {exc}", round_no=round_no,
-                              parent=parent["parent"], remote_effect="Unknown") from None
         return record
 
-    def _complete(self, cqe, flight, usage, remaining, failed, parents, public):
-        record = self.wr_info[cqe.wr_id]
-        record["status"] = WC_STATUS_NAMES.get(cqe.status, str(cqe.status))
+    def _complete(self, wr_id, status, byte_len, qpn, flight, usage, remaining, failed, parents, public, last):
+        record = self.wr_info.get(wr_id)
+        qp = self.qp_by_num.get(qpn)
+        if record is None or qp is None or record["qpn"] != qpn:
+            raise EngineError("Internal", "wait", f"completion of wr_id {wr_id} on QP {qpn}: not a WR this round "
+                              "posted there", round_no=self.round_no)
+        qp.retire()
+        record["status"] = WC_STATUS_NAMES.get(status, str(status))
         record["completed_seq"] = self.seq
         self.seq += 1
         pid = record["parent"]
-        counts = flight[record["qpn"]]
+        counts = flight[qpn]
         counts[pid] -= 1
         if counts[pid] == 0:
             del counts[pid]
-        u = usage[record["qpn"]]
+        u = usage[qpn]
         u["cqes"] += 1
         parent = parents[pid]
-        if cqe.status == WC_SUCCESS:
-            u["bytes_completed"] += cqe.byte_len
-            parent["completed_bytes"] += cqe.byte_len
+        if status == WC_SUCCESS:
+            u["bytes_completed"] += byte_len
+            parent["completed_bytes"] += byte_len
+            if pid == 0 and self.operation == "read":  # the slice landed here: destination-side defects
+                self.spoil_landed(record["slice"] == 0, record["slice"] == last)
         else:
             u["cqes_error"] += 1
             failed.add(pid)
@@ -316,13 +370,24 @@ class RequesterEngine(Engine):
             return True
         timeout = max(0.0, min(1.0, deadline - time.monotonic()))
         ready = select.select(channels, [], [], timeout)[0]
+        by_ptr = {cq.ptr: cq for cq in cqs}
         for ch in ready:
-            while ch.get_cq_event() is not None:
+            while select.select([ch], [], [], 0)[0]:
+                cq = by_ptr.get(ch.get_cq_event())
                 progress["cq_events"] += 1
-                ch.ack_cq_events(1)
+                if cq is not None:
+                    cq.ack_events(1)  # at once: destroying a CQ waits for every event to be acknowledged
         return False
 
+    def _consume_events(self, cqs, channels, progress, timeout):
+        by_ptr = {cq.ptr: cq for cq in cqs}
+        for ch in select.select(channels, [], [], timeout)[0]:
+            while select.select([ch], [], [], 0)[0]:
+                cq = by_ptr.get(ch.get_cq_event())
+                progress["cq_events"] += 1
+                if cq is not None:
+                    cq.ack_events(1)
+
     def close(self):
-        self.nic.stop()
         self.rv.close()
         self.teardown(self.all_qps, {})

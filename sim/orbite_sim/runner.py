@@ -20,6 +20,7 @@ from .errors import (
 from .ledger import Ledger
 from .requester import RequesterEngine
 from .source import SourceEngine
+from .verbs import load as load_verbs
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +71,7 @@ def main(argv=None):
     ledger_path = os.path.join(output, "ledger.json")
     try:
         case = load_case(args.case)
+        provider = load_verbs(case["verbs_library"], case["root"])
     except CaseError as exc:
         print(f"orbite-runner: {exc}", file=sys.stderr)
         ledger = Ledger(ledger_path)
@@ -81,23 +83,28 @@ def main(argv=None):
     print(f"orbite-runner: role={case['role']} generation={case['generation']} pid={os.getpid()}", flush=True)
     engine = None
     code = EXIT_OK
+
+    def current():
+        # The survivor of installed-restart writes one ledger per generation: the last one is its end.
+        return engine.ledger if engine is not None else ledger
+
     try:
-        engine = (SourceEngine if case["role"] == "source" else RequesterEngine)(case, output, ledger)
+        engine = (SourceEngine if case["role"] == "source" else RequesterEngine)(case, output, ledger, provider)
         engine.run()
-        if engine.rounds_failed_checks or (ledger.doc["teardown"] or {}).get("retained_owners", 0):
+        if engine.rounds_failed_checks or (current().doc["teardown"] or {}).get("retained_owners", 0):
             code = EXIT_CHECK_FAILED
     except EngineError as exc:
         print(f"orbite-runner: {exc}", file=sys.stderr)
         if exc.round_no is None and engine is not None and engine.round_no:
             exc.round_no = engine.round_no  # e.g. the peer vanished during this round
-        ledger.doc["errors"].append(exc.as_dict())
+        current().doc["errors"].append(exc.as_dict())
         code = exc.exit_code
     except Exception as exc:  # a bug: keep the traceback for the journal, still leave a ledger
         traceback.print_exc()
-        ledger.doc["errors"].append(EngineError("Internal", "runner", f"{type(exc).__name__}: {exc}").as_dict())
+        current().doc["errors"].append(EngineError("Internal", "runner", f"{type(exc).__name__}: {exc}").as_dict())
         code = EXIT_INTERNAL
     if engine is not None:
         engine.abort()
         engine.totals()
-    ledger.finish("complete" if code == EXIT_OK else "failed", code)
+    current().finish("complete" if code == EXIT_OK else "failed", code)
     return code

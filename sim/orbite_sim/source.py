@@ -2,10 +2,11 @@
 # Copyright: OrbiTE qualification contributors
 """The source side of the simulated engine: rendezvous service, QP pairs on request, grants and drain.
 
-The source listens, answers HELLO with its MR keys and a session token, creates a QP for every QP
-the requester connects, prepares its side of each round (the input for READ, poisoned destinations
-for WRITE), and at ROUND_DONE checks what landed (WRITE), releases the returned grants and reports
-its drain state. Its NIC serves the requester's one-sided operations.
+The source listens, answers HELLO with its MR keys and addresses, creates and connects a QP for
+every QP the requester offers (QPN and GID both ways, as on RoCE), prepares its side of each round
+(the input for READ, poisoned destinations for WRITE), and at ROUND_DONE checks what landed
+(WRITE), releases the returned grants and reports its drain state. It posts nothing: the
+requester's one-sided operations are served by the verbs provider straight from/into its MRs.
 """
 
 import os
@@ -13,47 +14,57 @@ import time
 
 from . import content, wire
 from .case import format_address, parse_address
-from .engine import RAILS, Engine, Round, count_public, fresh_u64, new_progress, profile_key, qp_usage
+from .engine import RAILS, ROUNDS, Engine, Round, count_public, new_progress, profile_key, qp_usage
 from .errors import EngineError, protocol_error
 from .ledger import write_json_atomic
-from .nic import SourceNic
 
 
 class SourceEngine(Engine):
     role = "source"
 
-    def __init__(self, case, output, ledger):
-        super().__init__(case, output, ledger)
-        self.by_qpn = {}  # qpn -> live QueuePair (the NIC serves these)
+    def __init__(self, case, output, ledger, provider):
+        super().__init__(case, output, ledger, provider)
+        self.by_qpn = {}  # qpn -> live QueuePair (the provider serves the requester on these)
         self.grants = set()
-        self.token = fresh_u64()
 
     def run(self):
         self.open()
-        self.attach_observer(lambda wr_id: None)
         host, port = parse_address(self.case["service_address"], "service_address")
         rv_listener = wire.listen(host, port)
-        data_listener = wire.listen(host, 0)
-        self.listeners = [rv_listener, data_listener]
+        self.listeners = [rv_listener]
         service = format_address(host, rv_listener.getsockname()[1])
-        data = format_address(host, data_listener.getsockname()[1])
-        self.doc["service_address"], self.doc["data_address"] = service, data
+        self.doc["service_address"] = service
         self.checkpoint()
         write_json_atomic(os.path.join(self.output, "ready.json"), {
             "schema": "orbite.runner-ready", "version": 1, "protocol": self.case["protocol"], "pid": os.getpid(),
             "role": "source", "generation": self.case["generation"], "epoch": self.epoch,
-            "registration_id": self.case["registration_id"], "service_address": service, "data_address": data})
+            "registration_id": self.case["registration_id"], "service_address": service})
         print(f"orbite-runner: ready {service}", flush=True)
-        sock = wire.accept(rv_listener, self.timeouts["connect_s"], "rendezvous")
-        self.rv = wire.Rendezvous(sock, self.epoch)
-        self.accept_segment(data, data_listener)
-        self.serve()
+        timeout = self.timeouts["connect_s"]
+        while True:
+            sock = wire.accept(rv_listener, timeout, "rendezvous")
+            self.rv = wire.Rendezvous(sock, self.epoch)
+            self.accept_segment()
+            if self.peer_epochs[:-1]:
+                self.stale_probes()
+            if self.serve() == "bye":
+                break
+            # installed-restart: the generation ended at its restart point (RESTART_POINT).
+            if not self.survivor:
+                self.await_kill()
+            self.await_peer_death()
+            self.next_generation()
+            timeout = self.timeouts["restart_s"]  # the replacement requester comes after the kill
         self.close()
 
-    def accept_segment(self, data_address, data_listener):
+    def forget_qps(self):
+        self.by_qpn = {}
+
+    def accept_segment(self):
         hello = self.rv.recv(self.timeouts["connect_s"], ["HELLO"])
         self.rv.peer_epoch = hello["epoch"]
         self.doc["peer_epoch"] = hello["epoch"]
+        self.note_peer_epoch(hello["epoch"])
         if hello.get("protocol") != self.case["protocol"]:
             self._refuse("ProtocolError", f"peer protocol {hello.get('protocol')!r}")
         if hello.get("profile") != profile_key(self.profile):
@@ -65,25 +76,8 @@ class SourceEngine(Engine):
                          f"{self.case['registration_id']!r}")
         if self.case["peer_registration_id"] is None:
             self.doc["peer_registration_id"] = hello.get("registration_id")
-        segments = []
-        for rail in RAILS:
-            mrs = self.contexts[rail]["mrs"]
-            if "data" in mrs:
-                segments.append({"rail": rail, "data_rkey": mrs["data"].rkey, "data_length": mrs["data"].length,
-                                 "ctrl_rkey": mrs["ctrl"].rkey})
-        self.rv.send("WELCOME", registration_id=self.case["registration_id"], data_address=data_address,
-                     token=self.token, segments=segments)
-        sock = wire.accept(data_listener, self.timeouts["connect_s"], "data channel")
-        channel = wire.DataChannel(sock)
-        bind = channel.recv_header()
-        if bind is None or bind[0] != wire.BIND or bind[5] != self.token:
-            channel.close()
-            raise protocol_error("open_segment", "data connection did not bind with this session's token")
-        data_mr = {rail: e["mrs"]["data"] for rail, e in self.contexts.items() if "data" in e["mrs"]}
-        self.nic = SourceNic(channel, self.rv, self.by_qpn, data_mr, content.stride(self.payload),
-                             oob="payload_over_rendezvous" in self.defects, payload_timeout=self.timeouts["round_s"])
-        self.nic.after_land = self.after_land
-        self.nic.start()
+        segments = [seg for seg in (self.segment(rail) for rail in RAILS) if seg is not None]
+        self.rv.send("WELCOME", registration_id=self.case["registration_id"], segments=segments)
 
     def _refuse(self, error, message):
         self.rv.send("ERROR", error=error, operation="open_segment", message=message)
@@ -91,9 +85,10 @@ class SourceEngine(Engine):
 
     def serve(self):
         rnd = Round(self.round_no + 1)
-        rnd.data_before = self.nic.ch.counters()
+        rnd.provider_before = self.provider.counters()
         while True:
-            msg = self.rv.recv(self.timeouts["round_s"], ["CONNECT_QPS", "ROUND_BEGIN", "ROUND_DONE", "BYE"])
+            msg = self.rv.recv(self.timeouts["round_s"], ["CONNECT_QPS", "ROUND_BEGIN", "ROUND_DONE", "BYE",
+                                                          "RESTART_POINT"])
             kind = msg["kind"]
             if kind == "CONNECT_QPS":
                 self.connect_qps(msg, rnd)
@@ -102,11 +97,18 @@ class SourceEngine(Engine):
             elif kind == "ROUND_DONE":
                 self.finish_round(msg, rnd)
                 rnd = Round(self.round_no + 1)
-                rnd.data_before = self.nic.ch.counters()  # before the next ROUND_READY, so no frame is lost
+                rnd.provider_before = self.provider.counters()  # before the next ROUND_READY: nothing is lost
                 self.checkpoint()
+            elif kind == "RESTART_POINT":
+                if not self.restart or self.generation >= self.generations or self.round_no != ROUNDS:
+                    raise protocol_error("restart", f"RESTART_POINT in generation {self.generation} of "
+                                         f"{self.generations} after round {self.round_no}")
+                self.at_restart_point()
+                self.rv.send("RESTART_ACK", generation=self.generation)
+                return "restart"
             else:
                 self.rv.send("BYE")
-                return
+                return "bye"
 
     def connect_qps(self, msg, rnd):
         for peer_qpn in msg.get("retire", []):
@@ -120,11 +122,11 @@ class SourceEngine(Engine):
             if rail not in RAILS or item["operation"] != self.operation:
                 raise protocol_error("connect_qp", f"QP request {item} does not fit this engine")
             qp = self.new_qp(rail, lane, rnd.round_no)
-            self.connect_qp(qp, int(item["qpn"]), None)
+            self.connect_qp(qp, item, rnd.round_no)  # to RTR/RTS before the answer: the requester may post at once
             self.by_qpn[qp.qpn] = qp
             rnd.created.add(qp.qpn)
-            peers[str(item["qpn"])] = qp.qpn
-        self.rv.send("QPS_ACCEPTED", round=msg.get("round"), peer_qpns=peers)
+            peers[str(item["qpn"])] = self.qp_offer(qp)
+        self.rv.send("QPS_ACCEPTED", round=msg.get("round"), peers=peers)
 
     def begin_round(self, msg, rnd):
         round_no = int(msg["round"])
@@ -132,7 +134,6 @@ class SourceEngine(Engine):
             raise protocol_error("submit", f"round {round_no} after round {self.round_no}")
         self.grants = set()  # skip_drain left the previous round's grants held until now
         self.round_no = round_no
-        self.nic.round_no = round_no
         rnd.started = time.time()
         rnd.native_before = self.native_snapshot()
         rnd.placement = msg["parents"]
@@ -141,9 +142,10 @@ class SourceEngine(Engine):
         else:
             rnd.guard_seed = self.poison_destination()
             rnd.seed, rnd.origin = int(msg["input_seed"]), "peer"
-        self.nic.parent_bytes = {}
         self.grants = {int(p["parent"]) for p in msg["parents"]}
         self.rv.send("ROUND_READY", round=round_no, input_seed=rnd.seed)
+        if self.operation == "read" and "payload_over_rendezvous" in self.defects:
+            self.ship_payload_over_rendezvous(round_no)
 
     def finish_round(self, msg, rnd):
         round_no = int(msg["round"])
@@ -152,10 +154,15 @@ class SourceEngine(Engine):
         parents = []
         qp_of = {(qp.context.rail, qp.lane): qp.qpn for qp in self.by_qpn.values()}
         expected = content.RoundInput(rnd.seed, self.parents, self.payload) if self.operation == "write" else None
+        if expected is not None:
+            self.spoil_landed(True, True)  # corrupt_byte / overwrite_guard: every byte has landed here
+        # One-sided operations leave no trace in this engine's verbs calls: a parent's bytes are what
+        # the requester reports in ROUND_DONE; what the provider itself moved is the round's `provider`.
+        reported = {int(k): int(v) for k, v in (msg.get("completed") or {}).items()}
         for item in rnd.placement:
             pid, rail, lane = int(item["parent"]), int(item["rail"]), int(item["lane"])
             entry = self.parent_entry(pid, rail, lane, qp_of.get((rail, lane)), int(item["bytes"]),
-                                      self.nic.parent_bytes.get(pid, 0), 0, "Granted")
+                                      reported.get(pid, 0), 0, "Granted")
             if expected is not None and self.check_parent(entry, expected, rnd.guard_seed, "drain", round_no):
                 self.rounds_failed_checks = True
             parents.append(entry)
@@ -179,9 +186,6 @@ class SourceEngine(Engine):
                           progress=new_progress(self.events))
 
     def close(self):
-        # The requester closes the data channel after BYE; wait for the NIC to see EOF.
-        self.nic.join(self.timeouts["connect_s"])
-        self.nic.stop()
         self.rv.close()
         for listener in self.listeners:
             listener.close()

@@ -1,16 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""The two connections between the peers: setting them up, rendezvous messages and data-channel frames.
+"""The engine's rendezvous: setting the connection up and its messages.
 
-Rendezvous: a TCP connection carrying length-prefixed JSON control messages (4-byte big-endian
-length, then UTF-8 JSON). Every message has ``kind``, the sender's ``epoch`` and the ``peer_epoch``
-the sender believes the receiver has (null before contact). A reader thread sorts incoming messages
-into the control queue and (only under the ``payload_over_rendezvous`` defect) the payload queue.
-
-Data channel: a separate TCP connection carrying binary frames: a 40-byte header
-``!4sBBHIIQQQ`` = magic ``OSD1``, type, flags, status, qpn, rkey, wr_id, offset, length, followed
-by ``length`` payload bytes for READ_RESP and WRITE frames (unless flag OOB says the payload went on
-the rendezvous connection).
+A TCP connection carrying length-prefixed JSON control messages (4-byte big-endian length, then
+UTF-8 JSON). Every message has ``kind``, the sender's ``epoch`` and the ``peer_epoch`` the sender
+believes the receiver has (null before contact). A reader thread counts every message into its
+round's traffic and queues the control messages; ``PAYLOAD`` messages (only the
+``payload_over_rendezvous`` defect sends them) are counted and dropped. The payload itself never
+travels here: the verbs provider moves it between the registered memories of the two processes.
 """
 
 import json
@@ -25,15 +22,6 @@ from .errors import EngineError, peer_lost, protocol_error
 
 RV_LEN = struct.Struct("!I")
 RV_MAX = 48 << 20
-HEADER = struct.Struct("!4sBBHIIQQQ")
-MAGIC = b"OSD1"
-
-READ_REQ = 1
-READ_RESP = 2
-WRITE = 3
-WRITE_ACK = 4
-BIND = 5  # first frame on a data connection: wr_id = the session token from WELCOME
-FLAG_OOB = 1  # payload travelled on the rendezvous connection (defect payload_over_rendezvous)
 
 _EOF = object()
 
@@ -114,7 +102,6 @@ class Rendezvous:
         self.peer_epoch = None
         self._send_lock = threading.Lock()
         self.control = queue.Queue()
-        self.payload = queue.Queue()
         # Traffic per round (the message's ``round`` field; None = session set-up/teardown), so both
         # peers attribute every message to the same round whatever the timing.
         self._traffic = {}
@@ -175,10 +162,6 @@ class Rendezvous:
             raise EngineError("EpochMismatch", "open_segment",
                               f"peer epoch changed from {self.peer_epoch} to {msg.get('epoch')}")
 
-    def recv_payload(self, timeout):
-        """Next PAYLOAD message (defect payload_over_rendezvous only)."""
-        return self._take(self.payload, timeout, "PAYLOAD")
-
     def _read_loop(self):
         head = bytearray(RV_LEN.size)
         try:
@@ -198,88 +181,13 @@ class Rendezvous:
                 bucket = self._bucket(msg.get("round"))
                 bucket["messages_received"] += 1
                 bucket["bytes_received"] += RV_LEN.size + length
-                (self.payload if msg.get("kind") == "PAYLOAD" else self.control).put(msg)
+                if msg.get("kind") != "PAYLOAD":  # counted above; nobody reads payload from here
+                    self.control.put(msg)
         except (OSError, ValueError) as exc:
             self.closed_reason = str(exc)
         self.control.put(_EOF)
-        self.payload.put(_EOF)
 
     def close(self):
         _shutdown(self.sock)
         self.sock.close()
         self._reader.join(timeout=5)
-
-
-class DataChannel:
-    """Framed payload connection with its own counters (the ledger's ``data_channel``)."""
-
-    def __init__(self, sock):
-        self.sock = sock
-        self._send_lock = threading.Lock()
-        self._head = bytearray(HEADER.size)
-        self.frames_sent = 0
-        self.frames_received = 0
-        self.bytes_sent = 0
-        self.bytes_received = 0
-        self.payload_bytes_sent = 0
-        self.payload_bytes_received = 0
-
-    def counters(self):
-        return {
-            "frames_sent": self.frames_sent,
-            "frames_received": self.frames_received,
-            "bytes_sent": self.bytes_sent,
-            "bytes_received": self.bytes_received,
-            "payload_bytes_sent": self.payload_bytes_sent,
-            "payload_bytes_received": self.payload_bytes_received,
-        }
-
-    def send(self, ftype, qpn, wr_id, offset, length, *, rkey=0, status=0, flags=0, payload=None):
-        header = HEADER.pack(MAGIC, ftype, flags, status, qpn, rkey, wr_id, offset, length)
-        with self._send_lock:
-            # Counted before the bytes leave: once the peer has them it may act on them (and ask this
-            # process for its counters) before this thread runs again.
-            self.frames_sent += 1
-            self.bytes_sent += HEADER.size
-            if payload is None:
-                self.sock.sendall(header)
-                return
-            self.payload_bytes_sent += len(payload)
-            self.bytes_sent += len(payload)
-            if len(payload) <= 65536:  # one system call for small frames; zero-copy for large ones
-                self.sock.sendall(header + bytes(payload))
-            else:
-                self.sock.sendall(header)
-                self.sock.sendall(payload)
-
-    def recv_header(self):
-        """(type, flags, status, qpn, rkey, wr_id, offset, length) or None at EOF."""
-        if not recv_exact_into(self.sock, memoryview(self._head)):
-            return None
-        magic, ftype, flags, status, qpn, rkey, wr_id, offset, length = HEADER.unpack(self._head)
-        if magic != MAGIC:
-            raise ConnectionError(f"bad frame magic {magic!r}")
-        self.frames_received += 1
-        self.bytes_received += HEADER.size
-        return ftype, flags, status, qpn, rkey, wr_id, offset, length
-
-    def recv_payload_into(self, view):
-        if not recv_exact_into(self.sock, view):
-            raise ConnectionError("connection closed before the payload")
-        self.payload_bytes_received += len(view)
-        self.bytes_received += len(view)
-
-    def discard(self, length):
-        scratch = bytearray(min(length, 1 << 20))
-        left = length
-        while left:
-            part = memoryview(scratch)[: min(left, len(scratch))]
-            self.recv_payload_into(part)
-            left -= len(part)
-
-    def shutdown(self):
-        _shutdown(self.sock)
-
-    def close(self):
-        self.shutdown()
-        self.sock.close()

@@ -103,8 +103,11 @@ def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env,
                    {"orbite_profile_file": str(profile), "orbite_runner_defects": ["corrupt_byte"]})
     assert result.returncode != 0
     verdict, _ = _verdict(tmp_path / "runs")
-    assert verdict["verdict"] == "FAIL" and verdict["failed_codes"] == ["ledger.bytes"]
-    assert "qualification verdict FAIL: failed rules ledger.bytes" in result.stdout
+    # A run with a defect switch is diagnostic (run.diagnostic); the case fails exactly its rule.
+    assert verdict["verdict"] == "FAIL" and sorted(verdict["failed_codes"]) == ["ledger.bytes", "run.diagnostic"]
+    case_codes = [f["code"] for c in verdict["cases"] for f in c["findings"] if f["status"] == "FAIL"]
+    assert case_codes == ["ledger.bytes"]
+    assert "qualification verdict FAIL: failed rules" in result.stdout and "ledger.bytes" in result.stdout
     assert _locks_free(lab)
 
 

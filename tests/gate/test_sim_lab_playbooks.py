@@ -195,7 +195,7 @@ def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
             assert boot_id == (lab / name / "proc/sys/kernel/random/boot_id").read_text().strip()
             # The host's own /sys tree.
             assert infiniband.split() == ["mlx5_0", "mlx5_1"]
-            assert ipaddress.IPv6Address(gid).ipv4_mapped == ipaddress.IPv4Address(f"198.51.100.{10 + 2 * index}")
+            assert ipaddress.IPv6Address(gid).ipv4_mapped == ipaddress.IPv4Address(f"127.51.100.{10 + 2 * index}")
             # Its own private lock dir, which is the lab's <host>/run/orbite/locks.
             assert lock_mode == "700"
             assert sorted(os.listdir(lab / name / "run/orbite/locks")) == [f"probe-{name}"]

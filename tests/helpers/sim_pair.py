@@ -1,13 +1,21 @@
 """Run the simulated runner pair directly (no Ansible) and lay the receipts out as a run directory.
 
 Used by the verifier's tests: the receipts are real runner output, arranged exactly as the gate
-playbooks fetch them (docs/verifier.md), without the playbooks' cost.
+playbooks fetch them (docs/verifier.md), without the playbooks' cost. The identity is the gate's:
+run.json is the whole plan (profiles, hosts, runner kind, defects, the artifacts' sha256), the
+supervisors are ``<run>-<case>``, the registrations ``<run>-<case>-<role>``; the runner is the zipapp
+of sim/ run by the interpreter, the supervisor pinning it and the case file (``argv_pins``,
+journaling the case, ``record_json``) and preloading the lab's observers by hash.
 """
 
+import atexit
+import hashlib
 import json
 import shutil
 import sys
+import tempfile
 import time
+import zipapp
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +33,29 @@ RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, paylo
                        num_lanes=1, mask=3, generations=1)
 SMALL_HOST = dict(BASE, mode="installed-host", parents=6, payload=3 * 65536 + 7, block=65536, num_lanes=2,
                   mask=3, generations=1)
+
+
+_ZIPAPP = []
+
+
+def runner_zipapp():
+    """(path, sha256) of the simulated runner as the gate deploys it: one zipapp of sim/, built once per process."""
+    if not _ZIPAPP:
+        out = Path(tempfile.mkdtemp(prefix="orbite-sim-runner-"))
+        atexit.register(shutil.rmtree, out, True)
+        target = out / "orbite-sim-runner.pyz"
+        zipapp.create_archive(RUNNER, target, filter=lambda p: "__pycache__" not in p.parts and p.suffix == ".py")
+        _ZIPAPP.append((target, hashlib.sha256(target.read_bytes()).hexdigest()))
+    return _ZIPAPP[0]
+
+
+def artifacts():
+    """The plan's artifacts section for runs of this harness (docs/verifier.md)."""
+    app, sha = runner_zipapp()
+    lab = sim_harness.native()
+    return {"runner": {"kind": "sim", "path": str(app), "sha256": sha},
+            "verbs_library": dict(lab["verbs_library"]),
+            "observers": {tool: dict(entry) for tool, entry in lab["observers"].items()}}
 
 
 def make_hosts():
@@ -48,28 +79,39 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
     )
 
     run_dir = Path(run_dir)
+    run_id = run_dir.name
     roots = make_hosts()
     case_dir = run_dir / "cases" / case_id
     observers = ["accounting"] if profile["mode"] in ("installed-rail-accounting",) else []
+    registrations = {role: f"{run_id}-{case_id}-{role}" for role in ("source", "requester")}
+    app, app_sha = runner_zipapp()
+    plan_artifacts = artifacts()
     clients, children, ready = {}, {}, {}
     try:
         for role in ("source", "requester"):
             out = case_dir / role / "g1"
             out.mkdir(parents=True, exist_ok=True)
             sup_dir = run_dir / "supervisors" / f"{case_id}-{role}"
-            start_supervisor(str(sup_dir), f"{case_id}-{role}", [r["device"] for r in RAILS],
+            start_supervisor(str(sup_dir), f"{run_id}-{case_id}", [r["device"] for r in RAILS],
                              f"{roots[role]}/run/orbite/locks", root=roots[role], lease=timeout + 60)
             clients[role] = SupervisorClient(str(sup_dir))
             role_extra = {"service_address": "127.0.0.1:0"} if role == "source" else {
-                "peer_address": ready["service_address"], "observers": observers}
-            case = sim_harness.base_case(profile, role, roots[role], defects, **role_extra)
+                "peer_address": ready["service_address"], "observers": observers,
+                "peer_registration_id": registrations["source"]}
+            case = sim_harness.base_case(profile, role, roots[role], defects, run_id=run_id,
+                                         registration_id=registrations[role], **role_extra)
             (out / "case.json").write_text(json.dumps(case))
             if profile.get("discovery") == "auto":
                 _save_inventory(roots[role], out / "inventory-before.json")
-            argv = [sys.executable, str(RUNNER), "--case", str(out / "case.json"), "--output", str(out)]
-            children[role] = clients[role].launch(argv, env={"PATH": "/usr/bin:/bin"}, cwd=str(out),
-                                                  stdout_path=str(out / "runner.stdout"),
-                                                  stderr_path=str(out / "runner.stderr"))
+            tools = case.get("observers") or []
+            env = {"PATH": "/usr/bin:/bin"}
+            if tools:  # the real observers, preloaded by hash by the supervisor (docs/observers.md)
+                env["ORBITE_OBSERVER_LOG"] = str(out / f"observer-{tools[0]}.jsonl")
+            argv = [sys.executable, str(app), "--case", str(out / "case.json"), "--output", str(out)]
+            children[role] = clients[role].launch(
+                argv, env=env, cwd=str(out), stdout_path=str(out / "runner.stdout"),
+                stderr_path=str(out / "runner.stderr"), argv_pins={1: app_sha, 3: None}, record_json=[3],
+                ld_preload=[plan_artifacts["observers"][tool] for tool in tools])
             if role == "source":
                 deadline = time.monotonic() + 30
                 while not (out / "ready.json").exists():
@@ -87,14 +129,25 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
         for role, client in clients.items():
             client.stop(force=True)
             shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
+    hosts = {"source": profile["source"], "requester": profile["requester"]}
     (case_dir / "case.json").write_text(json.dumps(
-        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile,
-         "hosts": {"source": profile["source"], "requester": profile["requester"]}}))
-    run_json = run_dir / "run.json"
-    cases = json.loads(run_json.read_text())["cases"] if run_json.exists() else []
-    run_json.write_text(json.dumps({"schema": "orbite.run", "version": 1, "run_id": run_dir.name,
-                                    "cases": sorted(set(cases) | {case_id}), "allow_dirty": False}))
+        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile, "hosts": hosts,
+         "supervisor_run_id": f"{run_id}-{case_id}", "registrations": registrations}))
+    write_plan(run_dir, case_id, profile, defects)
     return case_dir
+
+
+def write_plan(run_dir, case_id, profile, defects=()):
+    """Add the case to run_dir's run.json (made if missing): the whole plan, as run_plan writes it."""
+    run_json = Path(run_dir) / "run.json"
+    plan = json.loads(run_json.read_text()) if run_json.exists() else {}
+    plan.update(schema="orbite.run", version=1, run_id=Path(run_dir).name, allow_dirty=False, runner_kind="sim",
+                artifacts=artifacts(), cases=sorted(set(plan.get("cases", [])) | {case_id}),
+                profiles=dict(plan.get("profiles", {}), **{case_id: profile}),
+                hosts=dict(plan.get("hosts", {}), **{case_id: {"source": profile["source"],
+                                                               "requester": profile["requester"]}}),
+                defects=sorted(set(plan.get("defects", [])) | set(defects)))
+    run_json.write_text(json.dumps(plan))
 
 
 def exit_codes(case_dir):

@@ -288,11 +288,22 @@ class SupervisorClient:
         stdout_path: Optional[str] = None,
         stderr_path: Optional[str] = None,
         exe_sha256: Optional[str] = None,
+        argv_pins: Optional[Dict[int, Optional[str]]] = None,
+        env_pins: Optional[Dict[str, Optional[str]]] = None,
+        record_json: Optional[List[int]] = None,
     ) -> Dict:
-        """Start a child; returns {child_id, pid, start_time, ...} (the supervisor's child record).
+        """Start a child; returns {child_id, pid, start_time, ...} (the supervisor's child record),
+        with ``env_stripped`` and ``pinned`` (every pinned file: what, path, sha256, size, loaded_as).
 
         ``ld_preload`` is a list of {path, sha256}; with ``exe_sha256`` the supervisor also runs
-        argv[0] only from a copy whose hash it checked.
+        argv[0] only from a copy whose hash it checked. ``argv_pins`` ({argv index: sha256 or None})
+        and ``env_pins`` ({env name: sha256 or None}) pin files the runner reads by name (a zipapp
+        run by an interpreter, the case file, a library it loads): the entry becomes the sealed
+        copy's ``/proc/self/fd/N``; a sha256 is checked (``hash_mismatch``), None only records the
+        hash of what the runner got. Index 0 is argv[0] (exec'd from its copy, like ``exe_sha256``).
+        ``record_json`` lists argv indexes pinned by ``argv_pins`` whose copy is a small JSON object
+        (the runner's case file): the journal records it whole (``pinned[].json``), so the verifier
+        reads what the runner was told from the supervisor, not from the runner's output.
         """
         req = {
             "op": "launch",
@@ -304,12 +315,22 @@ class SupervisorClient:
             "stdout_path": stdout_path,
             "stderr_path": stderr_path,
         }
+        if argv_pins:
+            if not isinstance(argv_pins, dict) or not all(isinstance(k, int) and not isinstance(k, bool)
+                                                          and k >= 0 for k in argv_pins):
+                raise SupervisorInputError(f"argv_pins {quote(argv_pins)}: must map argv indexes (ints >= 0) to a "
+                                           "sha256 or None")
+            req["argv_pins"] = {str(index): sha for index, sha in argv_pins.items()}  # JSON keys are text
+        if env_pins:
+            req["env_pins"] = env_pins
+        if record_json:
+            req["record_json"] = record_json
         try:
             validate_launch_request(req)  # same rules as the supervisor: fail before contacting it
         except RequestError as exc:
             raise SupervisorInputError(exc.msg) from None
         resp = self.request(req)
-        return dict(resp["child"], env_stripped=resp.get("env_stripped", []))
+        return dict(resp["child"], env_stripped=resp.get("env_stripped", []), pinned=resp.get("pinned", []))
 
     def wait(self, child_id: str, timeout: float = 0.0) -> Dict:
         """Child record after it exits or timeout passes (timed_out says which)."""

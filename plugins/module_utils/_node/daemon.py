@@ -73,7 +73,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.tree im
 
 __all__ = ("main", "proc_start_time", "signal_number", "validate_launch_request")
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: launch pins argv entries and env values (argv_pins, env_pins)
 SOCKET_NAME = "control.sock"
 JOURNAL_NAME = "journal.jsonl"
 PID_NAME = "supervisor.pid"
@@ -94,6 +94,8 @@ MAX_REQUEST_BYTES = 1 << 20
 MAX_LEASE_S = 7 * 24 * 3600
 MAX_LOCKS = 64
 MAX_ARGV = 4096
+MAX_PINS = 64
+MAX_RECORDED_JSON = 256 * 1024  # a runner case file is a few kB
 KILL_REAP_TIMEOUT_S = 10.0
 # A holder whose lease ran out this long ago without releasing is hung: the next start kills it.
 LEASE_GRACE_S = 3.0
@@ -200,6 +202,26 @@ def validate_launch_request(req: Dict) -> Dict:
             raise RequestError("bad_request", f"env key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
         if not isinstance(val, str) or "\0" in val:
             raise RequestError("bad_request", f"env[{key}] {quote(val)}: must be a string without NUL")
+    argv_pins = _pin_map(req, "argv_pins")
+    exe_pinned = exe_sha256 is not None or 0 in argv_pins
+    if exe_sha256 is not None and 0 in argv_pins:
+        raise RequestError("bad_request", "argv_pins[0]: argv[0] is already pinned by exe_sha256; give one of them")
+    exe_sha256 = exe_sha256 if exe_sha256 is not None else argv_pins.pop(0, None)
+    for index in argv_pins:
+        if index >= len(argv):
+            raise RequestError("bad_request", f"argv_pins[{index}]: argv has {len(argv)} entries")
+        _regular_file(f"argv[{index}] (pinned by argv_pins)", argv[index])
+    record_json = req.get("record_json") or []
+    if not isinstance(record_json, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i in argv_pins for i in record_json):
+        raise RequestError("bad_request", f"record_json {quote(record_json)}: must be a list of argv indexes that "
+                                          "argv_pins pins (besides 0)")
+    env_pins = _pin_map(req, "env_pins")
+    for name in env_pins:
+        if name not in env or not env_allowed(name):
+            raise RequestError("bad_request", f"env_pins[{name}]: must name a variable of env that the child keeps "
+                                              "(the allowlist)")
+        _regular_file(f"env[{name}] (pinned by env_pins)", env[name])
     preload = req.get("ld_preload") or []
     if not isinstance(preload, list):
         raise RequestError("bad_request", f"ld_preload {quote(preload)}: must be a list of {{path, sha256}}")
@@ -215,13 +237,7 @@ def validate_launch_request(req: Dict) -> Dict:
         if not is_sha256(entry["sha256"]):
             raise RequestError("bad_request", f"{field}.sha256 {quote(entry['sha256'])}: must be 64 lowercase hex "
                                               "digits")
-        try:
-            st = os.lstat(lib)
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
-            raise RequestError("bad_request",
-                               f"{field}.path {quote(lib)}: must be an existing regular file (not a symlink)")
+        _regular_file(f"{field}.path", lib)
         libraries.append({"path": lib, "sha256": entry["sha256"]})
     cwd = req.get("cwd")
     if cwd is not None:
@@ -232,8 +248,65 @@ def validate_launch_request(req: Dict) -> Dict:
         if val is not None:
             _abs_path(field, val, must_exist="parent")
         out[field] = val
-    return {"argv": list(argv), "exe_sha256": exe_sha256, "env": dict(env), "ld_preload": libraries, "cwd": cwd,
-            **out}
+    return {"argv": list(argv), "exe_sha256": exe_sha256, "exe_pinned": exe_pinned, "argv_pins": argv_pins,
+            "record_json": sorted(set(record_json)), "env_pins": env_pins, "env": dict(env), "ld_preload": libraries,
+            "cwd": cwd, **out}
+
+
+def read_pinned_json(fd: int, what: str):
+    """The JSON object in a pinned copy (read from its start), for the journal; raises PinError."""
+    data = os.pread(fd, MAX_RECORDED_JSON + 1, 0)
+    if len(data) > MAX_RECORDED_JSON:
+        raise PinError(f"{what}: more than {MAX_RECORDED_JSON} bytes; record_json journals small JSON files only")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PinError(f"{what}: is not a JSON document ({quote(str(exc))}), so it cannot be journaled") from None
+    if not isinstance(value, dict):
+        raise PinError(f"{what}: holds {quote(value)}, not a JSON object, so it cannot be journaled")
+    return value
+
+
+def _without(record: Optional[Dict], key: str) -> Optional[Dict]:
+    return None if record is None else {k: v for k, v in record.items() if k != key}
+
+
+def _pin_map(req: Dict, field: str) -> Dict:
+    """``argv_pins`` ({argv index: sha256 or null}) or ``env_pins`` ({env name: sha256 or null}).
+
+    A sha256 is checked on the pinned copy; null pins without a check (the hash is journaled). The
+    keys of argv_pins arrive as decimal text (JSON object keys) and come back as ints.
+    """
+    pins = req.get(field)
+    if pins is None:
+        return {}
+    if not isinstance(pins, dict) or len(pins) > MAX_PINS:
+        raise RequestError("bad_request", f"{field} {quote(pins)}: must be a mapping of at most {MAX_PINS} entries "
+                                          "to a sha256 (64 lowercase hex digits) or null")
+    out = {}
+    for given, sha in pins.items():
+        key = given
+        if field == "argv_pins":
+            key = ascii_int(given) if isinstance(given, str) and given.isascii() and given.isdigit() else None
+            if key is None or given != str(key):
+                raise RequestError("bad_request", f"{field} key {quote(given)}: must be an argv index (decimal text)")
+        elif not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
+            raise RequestError("bad_request", f"{field} key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
+        if sha is not None and not is_sha256(sha):
+            raise RequestError("bad_request", f"{field}[{key}] {quote(sha)}: must be 64 lowercase hex digits or null")
+        out[key] = sha
+    return out
+
+
+def _regular_file(field: str, value) -> str:
+    path = _abs_path(field, value)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise RequestError("bad_request", f"{field} {quote(path)}: must be an existing regular file (not a symlink)")
+    return path
 
 
 def _number_ok(value, low: float, high: float, low_open: bool = False) -> bool:
@@ -853,17 +926,30 @@ class Supervisor:
         spec = validate_launch_request(req)
         env, stripped = split_env(spec["env"])
         child_id = f"c{self.next_child}"
-        pins, files = [], []
+        argv = list(spec["argv"])
+        pins, files = [], []  # pins: (what, Pinned), in the order journaled
+        recorded = {}  # what -> the JSON object of a record_json file
         try:
             try:
-                exe = spec["argv"][0]
-                if spec["exe_sha256"]:
-                    pins.append(pin_file(exe, spec["exe_sha256"], "argv[0]"))
-                    exe = pins[-1].proc_path
+                exe = argv[0]
+                if spec["exe_pinned"]:
+                    pins.append(("argv[0]", pin_file(exe, spec["exe_sha256"], "argv[0]")))
+                    exe = pins[-1][1].proc_path
+                # Files the runner reads by the name it is given (a zipapp, a case file, a library it
+                # dlopens): it is given the sealed copy's name, so what it reads is what was hashed.
+                for index, sha in sorted(spec["argv_pins"].items()):
+                    pins.append((f"argv[{index}]", pin_file(argv[index], sha, f"argv[{index}]", executable=False)))
+                    argv[index] = pins[-1][1].proc_path
+                    if index in spec["record_json"]:  # what the runner was told, in the journal itself
+                        recorded[f"argv[{index}]"] = read_pinned_json(pins[-1][1].fd, f"argv[{index}]")
+                for name, sha in sorted(spec["env_pins"].items()):
+                    pins.append((f"env[{name}]", pin_file(env[name], sha, f"env[{name}]", executable=False)))
+                    env[name] = pins[-1][1].proc_path
                 preload = []
                 for index, lib in enumerate(spec["ld_preload"]):
-                    pins.append(pin_file(lib["path"], lib["sha256"], f"ld_preload[{index}]", executable=False))
-                    preload.append(pins[-1])
+                    what = f"ld_preload[{index}]"
+                    pins.append((what, pin_file(lib["path"], lib["sha256"], what, executable=False)))
+                    preload.append(pins[-1][1])
             except PinError as exc:
                 code = "hash_mismatch" if isinstance(exc, PinMismatch) else "pin_failed"
                 self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=code,
@@ -879,7 +965,7 @@ class Supervisor:
                     if path != os.devnull:
                         flags |= os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                     files.append(os.open(path, flags, 0o600))
-                keeper, pid = spawn_tree(spec["argv"], exe, env, spec["cwd"], tuple(files), [p.fd for p in pins])
+                keeper, pid = spawn_tree(argv, exe, env, spec["cwd"], tuple(files), [p.fd for _what, p in pins])
             except OSError as exc:
                 self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=str(exc))
                 raise RequestError("launch_failed", f"launching {quote(spec['argv'])} failed: "
@@ -887,8 +973,10 @@ class Supervisor:
         finally:
             for fd in files:
                 os.close(fd)
-            pinned = [p.as_dict() for p in pins]
-            for p in pins:
+            # Recorded before the copies are closed: loaded_as names the descriptor the runner has.
+            pinned = [dict(p.as_dict(), what=what, loaded_as=p.proc_path,
+                           **({"json": recorded[what]} if what in recorded else {})) for what, p in pins]
+            for _what, p in pins:
                 p.close()
         self.next_child += 1
         try:
@@ -897,8 +985,8 @@ class Supervisor:
             start_time = -1  # the runner already ended and was reaped: recorded so it is never signalled
         child = Child(child_id, keeper, pid, start_time, spec, env_keys=sorted(env), stripped=stripped)
         self.children[child_id] = child
-        exe_pin = pinned[0] if spec["exe_sha256"] else None
-        libraries = pinned[1:] if spec["exe_sha256"] else pinned
+        exe_pin = pinned[0] if spec["exe_pinned"] else None
+        libraries = [p for p in pinned if p["what"].startswith("ld_preload[")]
         try:
             self.journal.event(
                 "child_start",
@@ -907,10 +995,13 @@ class Supervisor:
                 start_time=start_time,
                 keeper_pid=keeper,
                 argv=spec["argv"],
-                exe=exe_pin,
+                exe=_without(exe_pin, "what"),
+                # Every file pinned for this child (argv[0], argv entries, env values, preloads):
+                # path, sha256, size and copy kind of the bytes it was given, and the name it got.
+                pinned=pinned,
                 env_keys=child.env_keys,
                 env_stripped=stripped,
-                ld_preload=[dict(lib, loaded_as=p) for lib, p in zip(libraries, env.get("LD_PRELOAD", "").split())],
+                ld_preload=[_without(lib, "what") for lib in libraries],
                 cwd=spec["cwd"],
                 stdout_path=spec["stdout_path"],
                 stderr_path=spec["stderr_path"],
@@ -920,7 +1011,7 @@ class Supervisor:
             self._kill_tree(child, "journal_error")
             self._wait_keepers([child], KILL_REAP_TIMEOUT_S)
             raise JournalError(f"{exc}; child {child_id} was killed") from None
-        return {"ok": True, "child": child.public(), "env_stripped": stripped}
+        return {"ok": True, "child": child.public(), "env_stripped": stripped, "pinned": pinned}
 
     def _child(self, req: Dict) -> Child:
         child_id = req.get("child_id")

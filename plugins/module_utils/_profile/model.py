@@ -90,6 +90,20 @@ _OBSERVERS = {
     "installed-memory-cleanup": ("uverbs_fault", "fault_role"),
 }
 
+# Typed errors (docs/receipts.md 1.7) a mode provokes on purpose in the ledgers' `errors` (top
+# level and per round), as (error, operation). The healthy modes provoke none (the strict GID 255
+# request of `discovery: auto` is recorded in `discovery.strict_gid_request`, not there); each
+# fault mode's issue adds its own with its rules. Never the runner's `expected` flag.
+PROVOKED_ERRORS = {
+    "installed-host": (),
+    "installed-rail-accounting": (),
+    # The survivor's stale-epoch attempts (docs/restart.md): both must fail EpochMismatch.
+    "installed-restart": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit")),
+}
+
+# The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).
+STRICT_GID_INDEX = 255
+
 REQUIRED_FIELDS = (
     "source",
     "requester",
@@ -741,15 +755,24 @@ def slice_sizes(payload: int, block: int) -> list:
     return [block] * (count - 1) + [payload - block * (count - 1)]
 
 
+def provoked_errors(profile: dict) -> tuple:
+    """(error, operation) pairs the mode provokes on purpose; None for a mode not modelled yet."""
+    return PROVOKED_ERRORS.get(profile["mode"])
+
+
+def region_offset(parent: int, payload: int) -> int:
+    """Offset of a parent's payload in a data MR: regions of guard + payload + guard, in parent order."""
+    return parent * (payload + 2 * GUARD_BYTES) + GUARD_BYTES
+
+
 def enabled_rails(mask: int) -> list:
     return [rail for rail in range(RAIL_COUNT) if mask & (1 << rail)]
 
 
 def parent_placement(parents: int, mask: int, num_lanes: int) -> list:
-    """Reference placement: parent p on rail rails[p % R], lane (p // R) % lanes.
+    """The placement of docs/runner-contract.md §4: parent p on rail rails[p % R], lane (p // R) % lanes.
 
-    It is the gate's *expected* spread used for per-rail/per-lane figures; a runner may place
-    parents differently as long as every enabled rail carries payload.
+    Every runner honours it; the verifier recomputes the per-rail and per-lane figures from it.
     """
     rails = enabled_rails(mask)
     return [{"parent": p, "rail": rails[p % len(rails)], "lane": (p // len(rails)) % num_lanes} for p in range(parents)]

@@ -6,7 +6,11 @@ One job: turn the gate's view of a case (role, generation, profile, rails, addre
 runner contract's case file (docs/runner-contract.md), launch the runner through the supervisor
 with the mode's environment, and report the receipts' paths. The source is "started" only once it
 has written ``ready.json`` (an explicit readiness barrier, watched together with the child's life).
-Stdlib only, Python >= 3.9.
+
+What runs is pinned: the runner (the binary, or the zipapp an interpreter runs) to its sha256, the
+case file recorded whole in the journal, every LD_PRELOAD observer to its sha256 (the supervisor
+hands over sealed copies), and the verbs library the case names to its sha256 (checked here first,
+and again by the runner on the bytes it loads). Stdlib only, Python >= 3.9.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned 
 PROTOCOL = "orbite-installed-host-v4"
 CASE_SCHEMA = ("orbite.runner-case", 1)
 READY_NAME = "ready.json"
+# installed-restart: the runner's receipt that its generation's rounds are done and drained (docs/restart.md).
+RESTART_POINT_NAME = "restart-point.json"
 LEDGER_NAME = "ledger.json"
 CASE_NAME = "case.json"
 ROLES = ("source", "requester")
@@ -93,6 +99,24 @@ def check_preload(libraries):
     return pinned
 
 
+def check_verbs_library(spec):
+    """The verbs library the case names must exist and match its pin (the runner checks it again on the
+    bytes it loads; this gives a clear error before anything is launched). None = the system's."""
+    if spec is None:
+        return None
+    path = spec.get("path") if isinstance(spec, dict) else None
+    if not isinstance(path, str) or not os.path.isabs(path) or not spec.get("sha256"):
+        raise RunnerError("bad_input", f"verbs_library={quote(spec)}: needs an absolute path and its sha256")
+    try:
+        with pin_file(path, spec["sha256"], "verbs_library.path", executable=False):
+            pass
+    except PinMismatch as error:
+        raise RunnerError("hash_mismatch", str(error), path=path) from None
+    except PinError as error:
+        raise RunnerError("bad_input", str(error), path=path) from None
+    return {"path": path, "sha256": spec["sha256"]}
+
+
 def build_case(params):
     """The case file of the runner contract, from the module's parameters."""
     role = params["role"]
@@ -122,6 +146,8 @@ def build_case(params):
             case[optional] = params[optional]
     if params.get("defects"):
         case["defects"] = list(params["defects"])
+    if params.get("verbs_library"):
+        case["verbs_library"] = dict(params["verbs_library"])
     return case
 
 
@@ -143,6 +169,7 @@ def start(params, check_mode=False):
     check_names(params)
     case = build_case(params)
     preload = check_preload(params.get("ld_preload"))
+    check_verbs_library(case.get("verbs_library"))
     output_dir = params["output_dir"]
     env = {str(k): str(v) for k, v in (params.get("env") or {}).items()}
     if check_mode:
@@ -154,12 +181,21 @@ def start(params, check_mode=False):
         # The native observers write their log where the contract says.
         env["ORBITE_OBSERVER_LOG"] = os.path.join(output_dir, f"observer-{case['observers'][0]}.jsonl")
     client = SupervisorClient(params["supervisor_run_dir"])
-    argv = [*params["runner_argv"], "--case", case_path, "--output", output_dir]
+    runner_argv = list(params["runner_argv"])
+    argv = [*runner_argv, "--case", case_path, "--output", output_dir]
+    # The runner proper is the last element of runner_argv (the binary, or the zipapp an interpreter
+    # runs): pinned to its sha256; the case file pinned too and journaled whole (what it was told).
+    runner_index, case_index = len(runner_argv) - 1, len(runner_argv) + 1
+    argv_pins = {case_index: None}
+    exe_sha256 = params.get("runner_sha256")
+    if exe_sha256 and runner_index > 0:
+        argv_pins[runner_index] = exe_sha256
+        exe_sha256 = None
     try:
         child = client.launch(argv, env=env, cwd=output_dir, ld_preload=preload,
                               stdout_path=os.path.join(output_dir, "runner.stdout"),
                               stderr_path=os.path.join(output_dir, "runner.stderr"),
-                              exe_sha256=params.get("runner_sha256"))
+                              exe_sha256=exe_sha256, argv_pins=argv_pins, record_json=[case_index])
     except SupervisorRequestError as error:
         code = error.code if error.code == "hash_mismatch" else "launch_failed"
         raise RunnerError(code, f"the supervisor refused to launch the {case['role']} runner: {error}") from None
@@ -248,3 +284,43 @@ def finish(params):
                                      f"{params['timeout']} s", child=state)
     ledger = os.path.join(params["output_dir"], LEDGER_NAME) if params.get("output_dir") else None
     return {"changed": False, "child": state, "ledger": ledger}
+
+
+def wait_restart_point(params):
+    """installed-restart: wait until the runner wrote its generation's restart point (rounds done and drained,
+    cached QPs and MRs live), the only point at which the controller may kill the fault role. Fails at once
+    when the runner exits first; renews the supervisor's lease meanwhile, as ``finish`` does."""
+    client = SupervisorClient(params["supervisor_run_dir"])
+    path = os.path.join(params["output_dir"], RESTART_POINT_NAME)
+    deadline = time.monotonic() + params["timeout"]
+    try:
+        lease = float(client.status().get("lease_s") or 60)
+        # Renewed on entry and at the point too: the kill and the replacement's start follow at once,
+        # and neither renews.
+        client.renew()
+        renewed = time.monotonic()
+        while True:
+            point = read_ready(path)
+            if point is not None:
+                if point.get("pid") != params["pid"]:
+                    raise RunnerError("restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "
+                                                                f"the supervised runner is pid {params['pid']}")
+                client.renew()
+                return {"changed": False, "restart_point": point}
+            state = client.wait(params["child_id"], timeout=0)
+            if not state["timed_out"]:
+                raise RunnerError("exited_before_restart_point",
+                                  f"the runner (pid {params['pid']}) exited before its restart point (exit code "
+                                  f"{state.get('exit_code')}, signal {state.get('exit_signal_name')}); see "
+                                  f"{params['output_dir']}/runner.stderr", child=state)
+            now = time.monotonic()
+            if now > deadline:
+                raise RunnerError("timeout", f"no {path} within {params['timeout']} s; the runner (pid "
+                                             f"{params['pid']}) still runs")
+            if now - renewed > lease / 3:
+                client.renew()
+                renewed = now
+            time.sleep(READY_POLL_S * 5)
+    except SupervisorError as error:
+        raise RunnerError("wait_failed", f"waiting for the restart point of child {params['child_id']} failed: "
+                                         f"{error}") from None

@@ -5,6 +5,12 @@
 One job, done before any node is touched: the verifier later reads exactly this plan (which cases
 must exist, which profile each ran), so it is written atomically and never mixed with another run.
 
+The plan binds the run's identity (docs/verifier.md, "Bound identity"): ``run.json`` names the
+cases, each case's profile and hosts, the runner kind, the defect switches and (``artifacts``) the
+sha256 of every executable the run uses (runner, verbs library, observers); each ``case.json`` names
+its supervisor's run ID and the registration ID of each role, which the gate hands to the nodes
+(``case_ids``). The verifier checks every receipt against these.
+
 The run directory is private by default: receipts, inventories and verdicts name hosts, devices
 and addresses. Every directory this creates (the run directory, its missing parents, ``cases/`` and
 each case's) is 0700 and every file 0600; a run directory that already exists keeps the mode its
@@ -22,6 +28,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
+from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import is_sha256
 
 RUN_SCHEMA = ("orbite.run", 1)
 CASE_SCHEMA = ("orbite.case", 1)
@@ -58,10 +65,81 @@ def make_private_dirs(path):
         os.chmod(directory, DIR_MODE)  # the umask may have taken bits we meant to keep (u+rwx)
 
 
-def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=()):
+ROLES = ("source", "requester")
+RUNNER_KINDS = ("sim", "native")
+
+
+def case_ids(run_id, case_id):
+    """The IDs the gate gives a case's processes: its supervisors' run ID and each role's registration ID."""
+    base = f"{run_id}-{case_id}"
+    return {"supervisor_run_id": base, "registrations": {role: f"{base}-{role}" for role in ROLES}}
+
+
+def _file(where, value, fields=("path", "sha256")):
+    """An artifact entry {path, sha256} (plus kind for the runner), exactly those fields."""
+    if not isinstance(value, dict):
+        raise RunPlanError(f"{where}={quote(value)}: must be a mapping of {', '.join(fields)}")
+    unknown = sorted(set(value) - set(fields), key=str)
+    if unknown:
+        raise RunPlanError(f"{where}.{unknown[0]}: is not a field (the fields are {', '.join(fields)})")
+    for key in fields:
+        if key not in value or value[key] is None:
+            raise RunPlanError(f"{where}.{key}: is required")
+    path, sha256 = value["path"], value["sha256"]
+    if not (isinstance(path, str) and path.startswith("/") and "\0" not in path):
+        raise RunPlanError(f"{where}.path={quote(path)}: must be an absolute path")
+    if not is_sha256(sha256):
+        raise RunPlanError(f"{where}.sha256={quote(sha256)}: must be 64 lowercase hex digits")
+    return {key: value[key] for key in fields}
+
+
+def check_artifacts(artifacts, runner_kind):
+    """The plan's ``artifacts`` section, checked and normalised; None when not given.
+
+    {"runner": {"kind", "path", "sha256"}, "verbs_library": {"path", "sha256"} or None,
+     "observers": {tool: {"path", "sha256"}}}: what the verifier holds every journaled exec against.
+    """
+    if artifacts is None:
+        return None
+    if not isinstance(artifacts, dict):
+        raise RunPlanError(f"artifacts={quote(artifacts)}: must be a mapping of runner, verbs_library, observers")
+    unknown = sorted(set(artifacts) - {"runner", "verbs_library", "observers"}, key=str)
+    if unknown:
+        raise RunPlanError(f"artifacts.{unknown[0]}: is not a field (the fields are runner, verbs_library, "
+                           "observers)")
+    runner = _file("artifacts.runner", artifacts.get("runner"), ("kind", "path", "sha256"))
+    if runner["kind"] != runner_kind:
+        raise RunPlanError(f"artifacts.runner.kind={quote(runner['kind'])}: must be the run's runner_kind "
+                           f"{runner_kind!r}")
+    library = artifacts.get("verbs_library")
+    observers = artifacts.get("observers")
+    observers = {} if observers is None else observers
+    if not isinstance(observers, dict):
+        raise RunPlanError(f"artifacts.observers={quote(observers)}: must be a mapping of observer tool to "
+                           "{path, sha256}")
+    for tool in observers:
+        if not names.is_name(tool):
+            raise RunPlanError(f"artifacts.observers key {names.quote(tool)}: must be {names.NAME_RULE}")
+    return {
+        "runner": runner,
+        "verbs_library": None if library is None else _file("artifacts.verbs_library", library),
+        "observers": {tool: _file(f"artifacts.observers.{tool}", entry) for tool, entry in sorted(observers.items())},
+    }
+
+
+def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=(), artifacts=None):
     """run.json and each case.json, checked: case ids unique and path-safe, each with a profile."""
     if not names.is_name(run_id):  # it names the run directory (an AWX survey may send anything)
         raise RunPlanError(f"run_id={names.quote(run_id)}: must be {names.NAME_RULE}")
+    if runner_kind not in RUNNER_KINDS:
+        raise RunPlanError(f"runner_kind={quote(runner_kind)}: must be one of {', '.join(RUNNER_KINDS)}")
+    if not isinstance(defects, (list, tuple)):
+        raise RunPlanError(f"defects={quote(defects)}: must be a list of defect switch names")
+    defects = list(defects)
+    for index, defect in enumerate(defects):
+        if not names.is_name(defect):
+            raise RunPlanError(f"defects[{index}]={names.quote(defect)}: must be {names.NAME_RULE}")
+    artifacts = check_artifacts(artifacts, runner_kind)
     seen = set()
     for index, case in enumerate(cases):
         case_id = case.get("id") if isinstance(case, dict) else None
@@ -71,13 +149,20 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
             raise RunPlanError(f"cases[{index}].id={case_id!r}: must be unique in the run")
         if not isinstance(case.get("profile"), dict):
             raise RunPlanError(f"cases[{index}].profile: must be the validated profile (a mapping)")
+        ids = case_ids(run_id, case_id)
+        for name in (ids["supervisor_run_id"], *ids["registrations"].values()):
+            if not names.is_name(name):  # they name locks, files and rendezvous peers on the nodes
+                raise RunPlanError(f"cases[{index}].id={case_id!r}: the ID {name!r} (run_id-case_id[-role]) must "
+                                   f"be {names.NAME_RULE}; use a shorter run_id or case ID")
         seen.add(case_id)
+    hosts = {c["id"]: {role: c["profile"].get(role) for role in ROLES} for c in cases}
     run = {"schema": RUN_SCHEMA[0], "version": RUN_SCHEMA[1], "run_id": run_id,
-           "cases": [c["id"] for c in cases], "allow_dirty": bool(allow_dirty), "runner_kind": runner_kind,
-           "defects": list(defects)}
+           "cases": [c["id"] for c in cases], "profiles": {c["id"]: c["profile"] for c in cases}, "hosts": hosts,
+           "allow_dirty": bool(allow_dirty), "runner_kind": runner_kind, "defects": defects}
+    if artifacts is not None:
+        run["artifacts"] = artifacts
     per_case = {c["id"]: {"schema": CASE_SCHEMA[0], "version": CASE_SCHEMA[1], "case_id": c["id"],
-                          "profile": c["profile"],
-                          "hosts": {"source": c["profile"].get("source"), "requester": c["profile"].get("requester")}}
+                          "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"])}
                 for c in cases}
     return run, per_case
 

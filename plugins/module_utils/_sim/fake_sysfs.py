@@ -83,7 +83,9 @@ DEFAULT_OSRELEASE = "6.1.0-orbite-sim"
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 MELLANOX_VENDOR = "0x15b3"
 CONNECTX5_DEVICE = "0x1017"
-SIM_IPV4_NET = "198.51.100.0/24"
+# The lab's RoCE GIDs are loopback addresses: the loopback verbs provider listens on them, and
+# 127.0.0.0/8 is local in every network namespace (docs/provider.md).
+SIM_IPV4_NET = "127.51.100.0/24"
 SIM_MAX_INDEX = 99
 
 PORT_STATES = {"NOP": 0, "DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
@@ -213,9 +215,10 @@ def sim_host_spec(index, hostname):
 
     Two mlx5-like RoCE RNICs ``mlx5_0`` (NUMA 0, netdev ``ens1f0``) and ``mlx5_1`` (NUMA 1, netdev
     ``ens2f0``), one ACTIVE Ethernet port each, with RoCE v1+v2 GID pairs for the IPv6 link-local
-    (indexes 0/1) and for an IPv4 of 198.51.100.0/24 (indexes 2/3): ``198.51.100.<10 + 2*index + k>``
-    for RNIC k. NUMA nodes 0 (cpus 0-3) and 1 (cpus 4-7). MACs, GUIDs and the boot ID derive from
-    ``index``, so two hosts of the lab never share them.
+    (indexes 0/1) and for an IPv4 of 127.51.100.0/24 (indexes 2/3): ``127.51.100.<10 + 2*index + k>``
+    for RNIC k (loopback, so the loopback verbs provider can listen on it). NUMA nodes 0 (cpus 0-3)
+    and 1 (cpus 4-7). MACs, GUIDs and the boot ID derive from ``index``, so two hosts of the lab never
+    share them.
     """
     index = _as_int(index, "index")
     if not 0 <= index <= SIM_MAX_INDEX:

@@ -30,6 +30,11 @@ class CaseReceipts:
     inventories: dict = field(default_factory=dict)  # (role, generation, "before"|"after") -> Receipt
     # Facts several rules derive from the same receipt (an observer log's replay), computed once.
     memo: dict = field(default_factory=dict)
+    # The plan the identity rules hold the receipts against: run.json and case.json (verdict.py), and
+    # the run directory no file outside of which is read.
+    plan: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    root: str | None = None
 
     def ledger(self, role, generation=1):
         return self.ledgers[(role, generation)].data
@@ -67,7 +72,7 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
     """Load every receipt the case's profile implies; ``root`` (the run directory) bounds every path."""
     root = root if root is not None else case_dir
     budget = Budget()  # all the receipts of the case together (reading.py)
-    case = CaseReceipts(case_id=case_id, case_dir=case_dir, profile=profile, workload=workload)
+    case = CaseReceipts(case_id=case_id, case_dir=case_dir, profile=profile, workload=workload, root=root)
     for generation in range(1, workload["generations"] + 1):
         for role in ROLES:
             case.ledgers[(role, generation)] = load_ledger(f"{case_dir}/{role}/g{generation}/ledger.json", root,

@@ -13,13 +13,16 @@ that need that receipt are then skipped, so that exactly one coded FAIL names th
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import itemgetter, methodcaller
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import (
     MAX_DOCUMENT_BYTES,
     MAX_LOG_BYTES,
     ReceiptProblem,
+    no_gc,
     parse_json,
     parse_json_lines,
     problem_at,
@@ -40,19 +43,6 @@ INVENTORY_SCHEMA = ("orbite.rdma-inventory", 1)
 class Receipt:
     path: str
     data: object = None
-    problem: ReceiptProblem | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.problem is None
-
-
-@dataclass
-class ObserverLog:
-    path: str
-    header: dict | None = None
-    events: list = field(default_factory=list)
-    summary: dict | None = None
     problem: ReceiptProblem | None = None
 
     @property
@@ -126,7 +116,8 @@ _ROUND = {
     "counters": _COUNTERS,
     "drain": {"drained": BOOL, "debt_wrs": INT, "debt_bytes": INT, "debt_grants": INT},
     "rendezvous": {"bytes_sent": INT, "bytes_received": INT},
-    "data_channel": {"payload_bytes_sent": INT, "payload_bytes_received": INT},
+    "provider": {"read_bytes_landed": INT, "read_bytes_served": INT, "write_bytes_sent": INT,
+                 "write_bytes_landed": INT},
     "errors": LIST,
 }
 _QP = {"qpn": INT, "context": STR, "rail": INT, "lane": INT, "operation": STR, "max_send_wr": INT, "created_round": INT}
@@ -235,15 +226,6 @@ def load_ledger(path, root=None, budget=None) -> Receipt:
     return receipt
 
 
-_OBS_LINE = {
-    "wr": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "opcode": STR, "bytes": INT, "dev": STR},
-    "cqe": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "status": INT},
-    "withheld": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT},
-    "destroy": {"kind": STR, "errno": INT, "injected": BOOL, "retry": BOOL},
-    "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
-}
-
-
 def _json_lines(path, root, budget):
     """(records as (line number, dict), None) or (None, ReceiptProblem)."""
     data, problem = read_bounded(path, _root(path, root), MAX_LOG_BYTES, budget)
@@ -252,48 +234,436 @@ def _json_lines(path, root, budget):
     return parse_json_lines(path, data, budget)
 
 
+# --- observer log (docs/receipts.md section 2): JSON lines or binary records, read into columns --
+
+WR, CQE, WITHHELD, DATA, TEXT = 1, 2, 3, 4, 5
+RECORD_BYTES = 80
+_TEXT_CHUNK = RECORD_BYTES - 4
+OPCODES = {"RDMA_READ": 1, "RDMA_WRITE": 2}
+OPCODE_NAMES = {code: name for name, code in OPCODES.items()}
+NOT_HASHED = 4 | 8  # data flags: the lkey named no MR / the range is outside its MR
+_KIND_NAMES = {"wr": WR, "cqe": CQE, "withheld": WITHHELD, "data": DATA}
+# One mask table per kind: kinds.translate(table) is 1 where the record is of that kind (C speed).
+_MASK = {kind: bytes(1 if byte == kind else 0 for byte in range(256)) for kind in (WR, CQE, WITHHELD, DATA, TEXT)}
+_HEX = re.compile(r"[0-9a-f]{64}", re.ASCII)
+# Text events other than summary and dev (binary only), and the JSON-lines events, by field types.
+_OBS_LINE = {
+    "wr": {"ctx": STR, "dev": STR, "cq": STR, "qpn": INT, "wr_id": INT, "opcode": STR, "bytes": INT},
+    "cqe": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "status": INT},
+    "withheld": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT},
+    "data": {"qpn": INT, "wr_id": INT, "sge": INT, "off": INT, "len": INT, "mr_len": INT, "flags": INT},
+    "destroy": {"kind": STR, "errno": INT, "injected": BOOL, "retry": BOOL},
+    "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
+}
 _OBS_FAST = {kind: _fast_check(shape) for kind, shape in _OBS_LINE.items()}
+_VALUES_PER_RECORD = 9  # what one binary record takes of the JSON-values budget (its columns)
+
+
+def pointer_text(value):
+    """A context or CQ as the JSON format writes it (glibc %p): binary logs hold the pointer itself."""
+    if isinstance(value, int):
+        return hex(value) if value else "(nil)"
+    return value
+
+
+# Per kind, its columns and their JSON field names (docs/receipts.md 2.1).
+_FIELDS = {
+    WR: (("qpn", "qpn"), ("wr_id", "wr_id"), ("ctx", "ctx"), ("cq", "cq"), ("bytes", "bytes"), ("opcode", "opcode"),
+         ("dev", "dev")),
+    CQE: (("qpn", "qpn"), ("wr_id", "wr_id"), ("ctx", "ctx"), ("cq", "cq"), ("status", "status")),
+    WITHHELD: (("qpn", "qpn"), ("wr_id", "wr_id"), ("ctx", "ctx"), ("cq", "cq")),
+    DATA: (("qpn", "qpn"), ("wr_id", "wr_id"), ("sge", "sge"), ("off", "off"), ("len", "len"), ("mr_len", "mr_len"),
+           ("flags", "flags")),
+}
+_INTS = {"qpn", "wr_id", "bytes", "status", "sge", "off", "len", "mr_len", "flags"}
+# Binary record: where each column of a kind is (docs/receipts.md 2.2): (cast, word index).
+_SLOTS = {"type": ("B", 0), "a": ("B", 1), "b": ("H", 1), "qpn": ("I", 1), "wr_id": ("Q", 1), "c": ("Q", 2),
+          "d": ("Q", 3), "e": ("Q", 4)}
+_BINARY = {
+    WR: {"qpn": "qpn", "wr_id": "wr_id", "ctx": "c", "cq": "d", "bytes": "e", "opcode": "a", "dev": "b"},
+    CQE: {"qpn": "qpn", "wr_id": "wr_id", "ctx": "c", "cq": "d", "status": "a"},
+    WITHHELD: {"qpn": "qpn", "wr_id": "wr_id", "ctx": "c", "cq": "d"},
+    DATA: {"qpn": "qpn", "wr_id": "wr_id", "sge": "b", "off": "c", "len": "e", "mr_len": "d", "flags": "a"},
+}
+_FLOW = bytes(1 if byte in (WR, CQE, WITHHELD) else 0 for byte in range(256))
+
+
+@dataclass
+class ObserverLog:
+    """One observer log: ``kinds`` (bytes, one entry per record in log order: WR, CQE, WITHHELD, DATA,
+    TEXT; the header left out, and in the JSON format the summary), ``header``, ``summary``, ``texts``
+    (text events other than summary and dev, by the position of their first record), ``devices``, and
+    columns read a kind at a time: ``table(kind)`` (``wrs()``, ``data()``), ``flow()`` (WRs and
+    completions in log order) and ``digests()``. Built by the loader from either format; the binary
+    format keeps its records and takes a column with one strided view (docs/receipts.md 2.2).
+    """
+
+    path: str
+    header: dict | None = None
+    summary: dict | None = None
+    problem: ReceiptProblem | None = None
+    kinds: bytes = b""
+    devices: list = field(default_factory=list)  # device name by index
+    texts: dict = field(default_factory=dict)  # position -> text event (other than summary and dev)
+    _body: bytes | None = None  # the binary records
+    _slots: dict = field(default_factory=dict)  # binary: slot name -> column over every record
+    _cache: dict = field(default_factory=dict)  # JSON: filled by the loader; binary: on first use
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def count(self, kind):
+        return self.kinds.count(kind)
+
+    def select(self, kind, column):
+        """The values of ``column`` (a list or bytes over every record) at the records of ``kind``."""
+        return list(compress(column, self.kinds.translate(_MASK[kind])))
+
+    def positions(self, kind):
+        return self.select(kind, range(len(self.kinds)))
+
+    def table(self, kind):
+        """{column: values} of the records of ``kind`` in log order (ctx and cq: the pointer, binary, or its
+        text, JSON; opcode: 1 READ, 2 WRITE; dev: index into ``devices``), and their positions."""
+        key = ("table", kind)
+        if key not in self._cache:
+            table = {name: self.select(kind, self._slots[slot]) for name, slot in _BINARY[kind].items()}
+            table["position"] = self.positions(kind)
+            self._cache[key] = table
+        return self._cache[key]
+
+    def wrs(self):
+        """Columns of the accepted payload WRs: ctx, cq, qpn, wr_id, dev (name), opcode (name), bytes, position."""
+        if "wrs" not in self._cache:
+            table = dict(self.table(WR))
+            table["dev"] = list(map(self.devices.__getitem__, table["dev"]))
+            table["opcode"] = list(map(OPCODE_NAMES.__getitem__, table["opcode"]))
+            self._cache["wrs"] = table
+        return self._cache["wrs"]
+
+    def data(self):
+        """Columns of the data events: qpn, wr_id, sge, off, len, mr_len, flags, position (``digests()``: theirs)."""
+        return self.table(DATA)
+
+    def flow(self):
+        """The WRs and completions in log order: kind (bytes), qpn, wr_id, ctx, cq."""
+        if "flow" not in self._cache:
+            mask = self.kinds.translate(_FLOW)
+            self._cache["flow"] = {"kind": bytes(compress(self.kinds, mask)),
+                                   **{name: list(compress(self._slots[slot], mask)) for name, slot in (
+                                       ("qpn", "qpn"), ("wr_id", "wr_id"), ("ctx", "c"), ("cq", "d"))}}
+        return self._cache["flow"]
+
+    def digests(self):
+        """The SHA-256 (32 bytes, or None where not hashed) of each data event, in the order of ``data()``."""
+        if "digests" not in self._cache:
+            data, body = self.data(), self._body
+            self._cache["digests"] = [
+                None if flag & NOT_HASHED else body[p * RECORD_BYTES + 40:p * RECORD_BYTES + 72]
+                for p, flag in zip(data["position"], data["flags"])]
+        return self._cache["digests"]
+
+    @property
+    def events(self):
+        """Every event as the JSON format writes it (header, dev and summary left out), in log order.
+        For tests and reports: the rules read the columns. None of a log that could not be read."""
+        if self.problem is not None:
+            return []
+        if "events" not in self._cache:
+            rows = {kind: iter(zip(*self.table(kind).values())) for kind in _FIELDS}
+            digests = iter(self.digests())
+            devices = self.devices
+            out = []
+            for pos, kind in enumerate(self.kinds):
+                if kind == TEXT:
+                    if pos in self.texts:
+                        out.append(self.texts[pos])
+                    continue
+                row = dict(zip(self.table(kind), next(rows[kind])))
+                del row["position"]
+                if kind == WR:
+                    row.update(dev=devices[row["dev"]], opcode=OPCODE_NAMES[row["opcode"]])
+                if kind == DATA:
+                    digest = next(digests)
+                    row["sha256"] = digest.hex() if digest else None
+                else:
+                    row.update(ctx=pointer_text(row["ctx"]), cq=pointer_text(row["cq"]))
+                name = {WR: "wr", CQE: "cqe", WITHHELD: "withheld", DATA: "data"}[kind]
+                out.append({"ev": name, **row})
+            self._cache["events"] = out
+        return self._cache["events"]
+
+
+def _header_problem(header):
+    """Why the header (a dict) is not one of an observer log we read, or None."""
+    version = header.get("version")
+    if header.get("schema") != OBSERVER_SCHEMA[0] or version not in (1, 2) or isinstance(version, bool):
+        return (f"header schema {header.get('schema')!r} v{version!r}, expected {OBSERVER_SCHEMA[0]!r} v1 or v2",
+                "receipt.schema")
+    if not isinstance(header.get("pid"), int) or not isinstance(header.get("tool"), str):
+        return "header: pid must be an integer and tool a string", "receipt.shape"
+    if version == 1:
+        return None
+    fmt, size, guard = header.get("format"), header.get("record_bytes"), header.get("guard_bytes")
+    if (fmt, size) not in (("json", 0), ("binary", RECORD_BYTES)) or isinstance(size, bool):
+        return (f"header: format {fmt!r} with record_bytes {size!r}, expected 'json' with 0 or 'binary' with "
+                f"{RECORD_BYTES}", "receipt.shape")
+    if header.get("digest") not in ("sha256", None) or not isinstance(guard, int) or isinstance(guard, bool) \
+            or guard < 0:
+        return (f"header: digest {header.get('digest')!r} (sha256 or null) and guard_bytes {guard!r} (an integer "
+                ">= 0)", "receipt.shape")
+    return None
+
+
+def _text_event(log, where, record):
+    """Check a destroy or summary event found at ``where`` ("line 3", "records 4-5"); a ReceiptProblem or None."""
+    kind = record.get("ev")
+    if kind not in ("destroy", "summary"):
+        return ReceiptProblem("receipt.shape", log.path, f"{where}: unknown event {kind!r}")
+    if not _OBS_FAST[kind](record):
+        errors = shape_errors(record, _OBS_LINE[kind], where=where)
+        if errors:
+            return ReceiptProblem("receipt.shape", log.path, "; ".join(errors))
+    return None
+
+
+def _is_plain_int(value):
+    """An int that is not a bool (JSON true/false decode to bools, which are ints)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _exact_ints(record, keys):
+    """True when every key holds an int >= 0 (no bool, no None)."""
+    return all(_is_plain_int(record[key]) and record[key] >= 0 for key in keys)
+
+
+_EV_CODES = {"wr": WR, "cqe": CQE, "withheld": WITHHELD, "data": DATA, "destroy": TEXT, "summary": TEXT + 1}
+
+
+def _from_json_lines(log, records):
+    """Fill the columns from JSON-lines records (after the header); False with log.problem set on bad input.
+
+    A kind at a time (each record's fields taken in one visit, checks over whole columns); a log that
+    fails any check is read again line by line, which names the first bad line."""
+    try:
+        if _json_columns(log, [record for _number, record in records]):
+            return True
+    except (TypeError, ValueError, KeyError):  # a missing field, an unhashable value: the line walk names it
+        pass
+    log.summary, log.texts, log._cache = None, {}, {}
+    if not _json_lines_one_by_one(log, records):
+        return False
+    # The walk found nothing the column checks did not like either: the columns after all.
+    log._cache = {}
+    return _json_columns(log, [record for _number, record in records])
+
+
+def _json_columns(log, dicts):
+    """The columns of JSON-lines events if every check passes at once, else False (nothing reported)."""
+    kinds = bytes(map(_EV_CODES.get, map(methodcaller("get", "ev"), dicts), repeat(0)))
+    summaries = kinds.count(TEXT + 1)
+    if 0 in kinds or summaries > 1 or (summaries and kinds[-1] != TEXT + 1):
+        return False
+    if summaries:
+        if _text_event(log, "summary", dicts[-1]):
+            return False
+        log.summary, dicts, kinds = dicts[-1], dicts[:-1], kinds[:-1]
+    log.kinds = kinds
+    for pos in log.positions(TEXT):
+        if _text_event(log, "", dicts[pos]):
+            return False
+        log.texts[pos] = dicts[pos]
+    for kind, fields in _FIELDS.items():
+        records = log.select(kind, dicts)
+        names = [json_name for _column, json_name in fields]
+        rows = list(map(itemgetter(*names), records)) if records else []
+        table = {column: list(map(itemgetter(i), rows)) for i, (column, _json) in enumerate(fields)}
+        for column, values in table.items():
+            types = set(map(type, values))
+            if column in _INTS:
+                if types - {int} or (values and min(values) < 0):
+                    return False
+            elif types - {str}:
+                return False
+        table["position"] = log.positions(kind)
+        log._cache[("table", kind)] = table
+    wr = log._cache[("table", WR)]
+    if not set(wr["opcode"]) <= OPCODES.keys() or max(log._cache[("table", DATA)]["flags"], default=0) > 15:
+        return False
+    wr["opcode"] = list(map(OPCODES.__getitem__, wr["opcode"]))
+    log.devices = list(dict.fromkeys(wr["dev"]))
+    wr["dev"] = list(map({name: i for i, name in enumerate(log.devices)}.__getitem__, wr["dev"]))
+    data = log._cache[("table", DATA)]
+    digests = []
+    for record, flags in zip(log.select(DATA, dicts), data["flags"]):
+        digest = record.get("sha256")
+        if (digest is None) != bool(flags & NOT_HASHED) or (
+                digest is not None and not (isinstance(digest, str) and _HEX.fullmatch(digest))):
+            return False
+        digests.append(None if digest is None else bytes.fromhex(digest))
+    log._cache["digests"] = digests
+    rows = list(map(itemgetter("qpn", "wr_id", "ctx", "cq"), compress(dicts, kinds.translate(_FLOW))))
+    log._cache["flow"] = {"kind": bytes(compress(kinds, kinds.translate(_FLOW))),
+                          **{name: list(map(itemgetter(i), rows))
+                             for i, name in enumerate(("qpn", "wr_id", "ctx", "cq"))}}
+    return True
+
+
+def _json_lines_one_by_one(log, records):
+    """The line walk: True, or the first bad line's problem (False)."""
+    for number, record in records:
+        if log.summary is not None:
+            log.problem = problem_at("receipt.shape", log.path, number, "event after the summary line")
+            return False
+        ev = record.get("ev")
+        kind = _KIND_NAMES.get(ev) if isinstance(ev, str) else None
+        if kind is None:
+            log.problem = _text_event(log, f"line {number}", record)
+            if log.problem:
+                return False
+            if ev == "summary":
+                log.summary = record
+            continue
+        why = None
+        if not _OBS_FAST[ev](record):
+            why = "; ".join(shape_errors(record, _OBS_LINE[ev], where=f"line {number}")) or f"line {number}: a " \
+                "field is null"
+        elif kind == WR and (record["opcode"] not in OPCODES or not _exact_ints(record, ("qpn", "wr_id", "bytes"))):
+            why = f"line {number}: opcode must be RDMA_READ or RDMA_WRITE, qpn/wr_id/bytes integers >= 0"
+        elif kind == DATA:
+            digest, flags = record.get("sha256"), record["flags"]
+            if not _exact_ints(record, ("qpn", "wr_id", "sge", "off", "len", "mr_len", "flags")) or flags > 15:
+                why = f"line {number}: qpn/wr_id/sge/off/len/mr_len must be integers >= 0, flags in 0..15"
+            elif (digest is None) != bool(flags & NOT_HASHED) or (
+                    digest is not None and not (isinstance(digest, str) and _HEX.fullmatch(digest))):
+                why = (f"line {number}: sha256 must be 64 lowercase hex digits, or null exactly when flags say the "
+                       "range was not hashed (4, 8)")
+        elif kind in (CQE, WITHHELD) and not (_exact_ints(record, ("qpn", "wr_id")) and (
+                kind == WITHHELD or _exact_ints(record, ("status",)))):
+            why = f"line {number}: qpn/wr_id/status must be integers >= 0"
+        if why:
+            log.problem = ReceiptProblem("receipt.shape", log.path, why)
+            return False
+    return True
+
+
+def _binary_problem(log, message, code="receipt.shape"):
+    log.problem = ReceiptProblem(code, log.path, message)
+    return False
+
+
+def _from_binary(log, body, budget):
+    """Fill the columns from binary records (strided views: no loop per record but for text events)."""
+    size = RECORD_BYTES
+    if len(body) % size:
+        return _binary_problem(log, f"{len(body)} bytes of records after the header: not whole {size}-byte records "
+                                    "(cut short)", "receipt.truncated")
+    count = len(body) // size
+    if budget is not None:
+        if count * _VALUES_PER_RECORD > budget.values:
+            return _binary_problem(log, f"holds {count} records, over what is left of the case's budget of "
+                                        f"{budget.values // _VALUES_PER_RECORD}", "receipt.oversize")
+        budget.values -= count * _VALUES_PER_RECORD
+    kinds = body[0::size]
+    unknown = kinds.translate(None, bytes((WR, CQE, WITHHELD, DATA, TEXT)))
+    if unknown:
+        at = kinds.index(unknown[:1])
+        return _binary_problem(log, f"record {at + 1}: unknown record type {unknown[0]}")
+    view = memoryview(body)
+    log.kinds, log._body = kinds, body
+    # One column a slot, over every record; a slot holds one field per kind (docs/receipts.md 2.2).
+    log._slots = {name: body[index::size] if cast == "B" else view.cast(cast)[index::size // view.cast(cast).itemsize]
+                  .tolist() for name, (cast, index) in _SLOTS.items() if name != "type"}
+    if not _binary_texts(log, body, budget):
+        return False
+    slots = log._slots
+    checks = ((WR, slots["a"], set(OPCODE_NAMES), "opcode"),
+              (WR, slots["b"], set(range(len(log.devices))), "device index"),
+              (DATA, slots["a"], set(range(16)), "flags"))
+    for kind, column, allowed, name in checks:
+        if log.count(kind) and not set(log.select(kind, column)) <= allowed:
+            bad = next(v for v in log.select(kind, column) if v not in allowed)
+            return _binary_problem(log, f"a record of type {kind} has {name} {bad} (allowed: {sorted(allowed)})")
+    return True
+
+
+def _binary_texts(log, body, budget):
+    """Assemble the text events (JSON split over consecutive text records): devices, summary, others."""
+    size, kinds, text, first, last = RECORD_BYTES, log.kinds, b"", None, -1
+    devices = {}
+    for pos in (m.start() for m in re.finditer(b"\x05", kinds)):
+        if first is not None and pos != last + 1:
+            return _binary_problem(log, f"record {last + 1}: a text event continues into a record of another type")
+        length = log._slots["b"][pos]  # a text record's byte count
+        if length > _TEXT_CHUNK:
+            return _binary_problem(log, f"record {pos + 1}: text length {length} over {_TEXT_CHUNK}")
+        start = pos * size + 4
+        text += body[start:start + length]
+        first = pos if first is None else first
+        last = pos
+        if log._slots["a"][pos]:  # continued in the next record
+            continue
+        record, problem = parse_json(log.path, text, budget)
+        where = f"records {first + 1}-{pos + 1}"
+        if problem:
+            problem.message = f"{where}: {problem.message}"
+            log.problem = problem
+            return False
+        if not isinstance(record, dict):
+            return _binary_problem(log, f"{where}: a text event is not a JSON object")
+        if log.summary is not None:
+            return _binary_problem(log, f"{where}: event after the summary")
+        if record.get("ev") == "dev":
+            index, name = record.get("index"), record.get("dev")
+            if not _is_plain_int(index) or index != len(devices) or not isinstance(name, str) or name in devices:
+                return _binary_problem(log, f"{where}: dev event {record!r}: indexes count from 0, names once each")
+            devices[name] = index
+        else:
+            problem = _text_event(log, where, record)
+            if problem:
+                log.problem = problem
+                return False
+            if record["ev"] == "summary":
+                log.summary = record
+            else:
+                log.texts[first] = record
+        text, first = b"", None
+    if first is not None:
+        return _binary_problem(log, f"record {last + 1}: the last text event is cut short", "receipt.truncated")
+    if log.summary is not None and last != len(kinds) - 1:
+        return _binary_problem(log, f"record {last + 2}: event after the summary")
+    log.devices = list(devices)
+    return True
 
 
 def load_observer_log(path, root=None, budget=None) -> ObserverLog:
     log = ObserverLog(path)
-    records, log.problem = _json_lines(path, root, budget)
+    data, log.problem = read_bounded(path, _root(path, root), MAX_LOG_BYTES, budget)
     if log.problem:
         return log
-    events = log.events
-    for number, record in records:
-        if log.header is None:
-            if (record.get("schema"), record.get("version")) != OBSERVER_SCHEMA:
-                log.problem = problem_at(
-                    "receipt.schema",
-                    path,
-                    number,
-                    f"header schema {record.get('schema')!r} v{record.get('version')!r}, "
-                    f"expected {OBSERVER_SCHEMA[0]!r} v{OBSERVER_SCHEMA[1]}",
-                )
-                return log
-            log.header = record
-            continue
-        kind = record.get("ev")
-        fast = _OBS_FAST.get(kind) if isinstance(kind, str) else None
-        if fast is None:
-            log.problem = problem_at("receipt.shape", path, number, f"unknown event {kind!r}")
+    end = data.find(b"\n")
+    header, problem = parse_json(path, data[:end] if end >= 0 else data)
+    binary = problem is None and isinstance(header, dict) and header.get("format") == "binary"
+    if binary:
+        records = None
+    else:  # every line measured (size, nesting, values) before anything is parsed
+        with no_gc():
+            records, log.problem = parse_json_lines(path, data, budget)
+        if log.problem:
             return log
-        if not fast(record):  # the common case passes in C; the walk names what is wrong (or allows a None)
-            errors = shape_errors(record, _OBS_LINE[kind], where=f"line {number}")
-            if errors:
-                log.problem = ReceiptProblem("receipt.shape", path, "; ".join(errors))
-                return log
-        if log.summary is not None:
-            log.problem = problem_at("receipt.shape", path, number, "event after the summary line")
-            return log
-        if kind == "summary":
-            log.summary = record
-        else:
-            events.append(record)
-    if log.header is None:
-        log.problem = ReceiptProblem("receipt.malformed", path, "observer log has no header line")
-    elif log.summary is None:
+        header = records[0][1] if records else None
+    not_header = ("the first line is not the JSON header object", "receipt.malformed")
+    why = _header_problem(header) if isinstance(header, dict) else not_header
+    if why:
+        log.problem = problem_at(why[1], path, 1, why[0])
+        return log
+    log.header = header
+    with no_gc():
+        filled = _from_binary(log, data[end + 1:], budget) if binary else _from_json_lines(log, records[1:])
+    if not filled:
+        return log
+    if log.summary is None:
         log.problem = ReceiptProblem(
             "receipt.truncated", path, "observer log has no summary line (the process never closed it)"
         )

@@ -20,10 +20,12 @@ nested 2,000 levels deep is refused instead of raising RecursionError. Each refu
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 import re
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
@@ -61,6 +63,20 @@ class ReceiptProblem:
     code: str  # a registered receipt.* code (or case.meta / run.plan for the plan's own files)
     path: str
     message: str
+
+
+@contextmanager
+def no_gc():
+    """The cyclic garbage collector paused while a large acyclic structure is built (an observer
+    log's columns, a replay's key tuples): every few hundred tuples it would rescan all the young
+    ones, which costs more than building them. Nothing built under it forms a cycle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def problem_at(code, path, line, message):

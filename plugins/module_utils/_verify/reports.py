@@ -105,7 +105,8 @@ def short_form(verdict, reason):
     """What still fits when the full reports do not: no finding text, and never PASS."""
     short = {key: verdict.get(key) for key in ("schema", "version", "run_id", "run_dir", "started_at",
                                                "finished_at", "complete", "diagnostic_only", "verdict",
-                                               "planned_cases", "counts")}
+                                               "planned_cases", "counts", "runner_kind", "artifacts",
+                                               "defects")}
     short["reports_cut"] = reason
     unwritable = {"code": "verdict.unwritable", "group": "run", "meaning": "", "status": FAIL,
                   "message": reason, "evidence": None}
@@ -146,6 +147,35 @@ def _testcase(suite, classname, name, findings, seconds):
     return "pass"
 
 
+def artifact_lines(verdict):
+    """(name, value) of what the verdict qualifies: runner kind, each artifact's sha256, defect switches."""
+    lines = [("runner_kind", verdict.get("runner_kind"))]
+    artifacts = verdict.get("artifacts")
+    if isinstance(artifacts, dict):
+        runner = artifacts.get("runner") or {}
+        lines.append(("artifact.runner", f"{runner.get('sha256')} {runner.get('path')}"))
+        library = artifacts.get("verbs_library")
+        if isinstance(library, dict):
+            lines.append(("artifact.verbs_library", f"{library.get('sha256')} {library.get('path')}"))
+        for tool, entry in sorted((artifacts.get("observers") or {}).items()):
+            known = entry if isinstance(entry, dict) else {}
+            lines.append((f"artifact.observer.{tool}", f"{known.get('sha256')} {known.get('path')}"))
+    else:
+        lines.append(("artifacts", "none named by the plan: this verdict qualifies no build"))
+    lines.append(("defects", ", ".join(verdict.get("defects") or []) or "none"))
+    return lines
+
+
+def _diagnostic(verdict):
+    """Why the verdict qualifies nothing whatever it says, or ''."""
+    why = []
+    if verdict.get("defects"):
+        why.append(f"defect switches {', '.join(verdict['defects'])}")
+    if verdict.get("diagnostic_only") and not verdict.get("defects"):
+        why.append("dirty build")
+    return "; ".join(why)
+
+
 def _suite(parent, name, seconds):
     return ET.SubElement(parent, "testsuite", name=name, tests="0", failures="0", errors="0", skipped="0",
                          time=_seconds(seconds))
@@ -171,6 +201,9 @@ def junit_xml(verdict):
     run_findings = verdict.get("run_findings") or []
     if run_findings:
         suite = _suite(root, "run", 0)
+        properties = ET.SubElement(suite, "properties")  # what this verdict qualifies
+        for name, value in artifact_lines(verdict):
+            ET.SubElement(properties, "property", name=name, value=str(value))
         outcomes = [_testcase(suite, "run", f["code"], [f], 0) for f in run_findings]
         _count(suite, outcomes)
         everything += outcomes
@@ -202,8 +235,8 @@ def _cell(text):
 
 def markdown(verdict):
     counts = verdict.get("counts") or {}
-    title = f"# Verdict: {verdict['verdict']}" + (
-        " (diagnostic only: dirty build)" if verdict.get("diagnostic_only") else "")
+    diagnostic = _diagnostic(verdict)
+    title = f"# Verdict: {verdict['verdict']}" + (f" (diagnostic only: {diagnostic})" if diagnostic else "")
     lines = [title, ""]
     if verdict["verdict"] == INCOMPLETE:
         lines += [f"**INCOMPLETE, not a PASS**: {counts.get('cases_incomplete', 0)} of {counts.get('cases', 0)} "
@@ -218,6 +251,9 @@ def markdown(verdict):
         f"{counts.get('cases_failed', 0)} failed, {counts.get('cases_incomplete', 0)} not verified.",
         "",
     ]
+    lines += ["## Artifacts qualified", "", "| artifact | sha256 and path |", "|---|---|"]
+    lines += [f"| `{name}` | {_cell(value)} |" for name, value in artifact_lines(verdict)]
+    lines.append("")
     sections = [("run", verdict["verdict"], verdict.get("run_findings") or [])]
     sections += [(case["case"], case["verdict"], case["findings"]) for case in verdict["cases"]]
     for name, status, findings in sections:

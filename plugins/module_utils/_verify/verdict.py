@@ -20,6 +20,7 @@ directory: docs/verifier.md.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
@@ -42,6 +43,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.repor
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RECEIPT_CODES, RULES
 
 VERDICT_SCHEMA = ("orbite.verdict", 1)
+RUNNER_KINDS = ("sim", "native")
+_SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # A file the verifier could not trust as read is named by its receipt.* code wherever it lies
 # (run.json, case.json, a gate note), so one code always names an unsafe file.
 BOUNDS_CODES = ("receipt.unsafe", "receipt.oversize", "receipt.nesting")
@@ -79,10 +82,11 @@ def _node_failures(case_dir, root):
     return messages, bounds
 
 
-def verify_case(case_dir, root=None):
+def verify_case(case_dir, root=None, plan=None):
     """(case id, findings) of one case directory; never raises on bad receipts.
 
     ``root`` is the run directory: no file outside it is read (default: the case directory).
+    ``plan`` is run.json (checked by ``_read_plan``): without it the identity rules fail.
     """
     root = root if root is not None else case_dir
     case_id = os.path.basename(os.path.normpath(case_dir))
@@ -104,6 +108,7 @@ def verify_case(case_dir, root=None):
                             os.path.join(case_dir, "<role>", "node-failure.json") if messages else None))
 
     case = case_receipts(case_dir, case_id, profile, workload, root=root)
+    case.plan, case.meta = dict(plan or {}), meta.data
     problems = bounds + case.problems()
     for code in RECEIPT_CODES:
         mine = [p for p in problems if p.code == code]
@@ -142,30 +147,95 @@ def verify_case(case_dir, root=None):
     return case_id, findings
 
 
+def _file_entry_problem(where, entry, fields=("path", "sha256")):
+    if not isinstance(entry, dict):
+        return f"{where}={names.quote(entry)}: must be an object of {', '.join(fields)}"
+    for key in fields:
+        if key not in entry:
+            return f"{where}.{key}: missing"
+    if not (isinstance(entry["path"], str) and entry["path"].startswith("/")):
+        return f"{where}.path={names.quote(entry['path'])}: must be an absolute path"
+    if not (isinstance(entry["sha256"], str) and _SHA256.fullmatch(entry["sha256"])):
+        return f"{where}.sha256={names.quote(entry['sha256'])}: must be 64 lowercase hex digits"
+    return None
+
+
+def _artifacts_problem(artifacts, runner_kind):
+    """None, or the first rule ``run.json`` ``artifacts`` breaks (absent is identity.artifacts' finding)."""
+    if artifacts is None:
+        return None
+    if not isinstance(artifacts, dict):
+        return f"artifacts={names.quote(artifacts)}: must be an object of runner, verbs_library, observers"
+    problem = _file_entry_problem("artifacts.runner", artifacts.get("runner"), ("kind", "path", "sha256"))
+    if problem:
+        return problem
+    if artifacts["runner"]["kind"] != runner_kind:
+        return (f"artifacts.runner.kind={names.quote(artifacts['runner']['kind'])}: must be the runner_kind "
+                f"{runner_kind!r}")
+    if artifacts.get("verbs_library") is not None:
+        problem = _file_entry_problem("artifacts.verbs_library", artifacts["verbs_library"])
+        if problem:
+            return problem
+    observers = artifacts.get("observers")
+    if observers is None:
+        return None
+    if not isinstance(observers, dict):
+        return f"artifacts.observers={names.quote(observers)}: must be an object of tool to {{path, sha256}}"
+    for tool, entry in observers.items():
+        problem = _file_entry_problem(f"artifacts.observers.{tool}", entry)
+        if problem:
+            return problem
+    return None
+
+
+def _plan_problem(data):
+    """None, or the first rule run.json breaks (docs/verifier.md, run directory layout)."""
+    cases = data.get("cases")
+    if not names.is_name(data.get("run_id")):
+        return f"run.json: run_id={names.quote(data.get('run_id'))}: must be {names.NAME_RULE}"
+    if not isinstance(cases, list) or not cases:
+        return f"run.json: cases={names.quote(cases)}: must be a non-empty list of case IDs"
+    bad = [c for c in cases if not names.is_name(c)]
+    twice = sorted({c for c in cases if isinstance(c, str) and cases.count(c) > 1})
+    if bad:
+        return f"run.json: case IDs {names.quote(bad)}: each must be {names.NAME_RULE}"
+    if twice:
+        return f"run.json: case IDs {twice} are planned twice"
+    if data.get("runner_kind") not in RUNNER_KINDS:
+        return f"run.json: runner_kind={names.quote(data.get('runner_kind'))}: must be one of {', '.join(RUNNER_KINDS)}"
+    defects = data.get("defects")
+    if not isinstance(defects, list) or not all(names.is_name(d) for d in defects):
+        return (f"run.json: defects={names.quote(defects)}: must be a list of defect switch names (empty for a "
+                "qualifying run)")
+    if not isinstance(data.get("allow_dirty"), bool):
+        return f"run.json: allow_dirty={names.quote(data.get('allow_dirty'))}: must be true or false"
+    for field in ("profiles", "hosts"):
+        if not isinstance(data.get(field), dict) or not all(isinstance(v, dict) for v in data[field].values()):
+            return f"run.json: {field}={names.quote(data.get(field))}: must be an object of case ID to object"
+    problem = _artifacts_problem(data.get("artifacts"), data["runner_kind"])
+    return f"run.json: {problem}" if problem else None
+
+
 def _read_plan(run_dir, given):
     """(planned case IDs or None, run.json data, run findings)."""
     run_json = os.path.join(run_dir, "run.json")
     plan = load_json(run_json, RUN_SCHEMA, root=run_dir)
     if not plan.ok:
         return None, {}, [_file_finding(plan.problem, "run.plan")]
-    cases = plan.data.get("cases")
-    problem = None
-    if not isinstance(cases, list) or not cases:
-        problem = f"run.json: cases={names.quote(cases)}: must be a non-empty list of case IDs"
-    else:
-        bad = [c for c in cases if not names.is_name(c)]
-        twice = sorted({c for c in cases if isinstance(c, str) and cases.count(c) > 1})
-        if bad:
-            problem = f"run.json: case IDs {names.quote(bad)}: each must be {names.NAME_RULE}"
-        elif twice:
-            problem = f"run.json: case IDs {twice} are planned twice"
+    problem = _plan_problem(plan.data)
     if problem:
         return None, plan.data, [finding("run.plan", FAIL, problem, run_json)]
+    cases = plan.data["cases"]
+    defects = sorted(plan.data["defects"])
+    diagnostic = (finding("run.diagnostic", FAIL, f"defect switches on: {', '.join(defects)}: this run is "
+                                                  "diagnostic and never a PASS", run_json)
+                  if defects else finding("run.diagnostic", PASS))
     unplanned = [c for c in given or () if c not in cases]
     if unplanned:
         return cases, plan.data, [finding("run.plan", FAIL, f"cases {names.quote(unplanned)} were given to verify "
-                                                            f"but are not in the plan {names.quote(cases)}", run_json)]
-    return cases, plan.data, [finding("run.plan", PASS)]
+                                                            f"but are not in the plan {names.quote(cases)}", run_json),
+                                  diagnostic]
+    return cases, plan.data, [finding("run.plan", PASS), diagnostic]
 
 
 def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
@@ -189,7 +259,12 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
         "started_at": time.time(),
         "finished_at": None,
         "complete": False,
-        "diagnostic_only": meta.get("allow_dirty") is True,
+        # What the verdict qualifies: the plan's artifacts (sha256 of runner, verbs library, observers),
+        # and whether it can qualify anything at all (a dirty build, defect switches).
+        "runner_kind": meta.get("runner_kind") if planned is not None else None,
+        "artifacts": meta.get("artifacts") if planned is not None else None,
+        "defects": list(meta.get("defects") or []) if planned is not None else [],
+        "diagnostic_only": meta.get("allow_dirty") is True or bool(planned is not None and meta.get("defects")),
         "verdict": INCOMPLETE,
         "planned_cases": list(planned or []),
         "run_findings": run_findings,
@@ -224,7 +299,7 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
             findings = [finding("case.missing", FAIL, f"case {case_id} has no directory under {run_dir}/cases",
                                 run_dir)]
         else:
-            findings = verify_case(case_dir, root=run_dir)[1]
+            findings = verify_case(case_dir, root=run_dir, plan=meta)[1]
         status = FAIL if any(f["status"] == FAIL for f in findings) else PASS
         done[case_id] = {"case": case_id, "verdict": status, "time": round(time.perf_counter() - started, 6),
                          "findings": findings}

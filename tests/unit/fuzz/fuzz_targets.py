@@ -283,6 +283,17 @@ def receipts(examples):
     log = st.tuples(header, st.lists(event | json_values, max_size=8)).map(
         lambda hl: "".join(json.dumps(x) + "\n" for x in [hl[0], *hl[1]])
     )
+    binary_head = json.dumps({"schema": loader.OBSERVER_SCHEMA[0], "version": 2, "tool": "accounting", "pid": 1,
+                              "format": "binary", "record_bytes": 80, "digest": "sha256",
+                              "guard_bytes": 4096}).encode() + b"\n"
+    record = st.tuples(st.integers(0, 6), st.integers(0, 255), st.integers(0, 80), st.binary(min_size=76,
+                                                                                             max_size=76)).map(
+        lambda r: bytes([r[0], r[1]]) + r[2].to_bytes(2, "little") + r[3])
+    text = st.sampled_from([b'{"ev":"dev","index":0,"dev":"mlx5_0"}', b'{"ev":"summary","accepted_wrs":0,"joined":0,'
+                            b'"unjoined":0,"max_inflight_per_qp":{}}', b'{"ev":"destroy"}', b"[" * 60])
+    text_record = text.map(lambda t: bytes([5, 0]) + len(t[:76]).to_bytes(2, "little") + t[:76].ljust(76, b"\0"))
+    binary_log = st.tuples(st.lists(record | text_record, max_size=8), st.integers(0, 79)).map(
+        lambda rc: binary_head + b"".join(rc[0]) + b"\0" * (rc[1] if rc[1] < 8 else 0))
     documents = st.one_of(
         st.binary(max_size=400),
         any_text.map(lambda t: t.encode("utf-8", "surrogatepass")),
@@ -290,6 +301,7 @@ def receipts(examples):
         ledger.map(lambda v: json.dumps(v).encode()),
         log.map(str.encode),
         log.map(lambda t: t[: len(t) // 2].encode()),  # cut mid-line: a killed writer
+        binary_log,  # the observers' binary format: a JSON header line, then 80-byte records
         st.integers(1, 5000).map(lambda n: (b"[" * n) + (b"]" * n)),
         st.sampled_from(["fifo", "link-out", "link-dir", "sparse", "dir", "absent"]),
     )

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import observer_log
 from helpers.native import HELD_KINDS, SANITIZER_MARKS, libasan, verbs_headers_missing
 from helpers.paths import REPO
 
@@ -169,7 +170,7 @@ def run_pair(build, hosts, tmp_path, scenario, *args, preload=(), client_env=Non
     lines = [json.loads(x) for x in client.stdout.splitlines()]
     assert lines[-1] == {"op": "done"}
     assert [json.loads(x) for x in sout.splitlines()] == [{"op": "done"}]
-    events = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    events = observer_log.decode(log.read_bytes()) if log.exists() else []
     return Pair(lines, sout, client.stderr, events)
 
 

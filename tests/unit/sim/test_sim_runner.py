@@ -4,9 +4,11 @@ The expected figures come from the profile arithmetic done here and from the pro
 (plugins/module_utils/_profile/model.py), never from the runner: the runner only counts.
 """
 
+import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -18,6 +20,11 @@ import sim_harness as H
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model as profile_model
 
 LEDGER = H.validator("runner-ledger")
+ZERO_PROVIDER = dict.fromkeys(("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed",
+                               "wr_completed", "wr_failed"), 0)
+# (the requester's, the source's) provider byte counter per operation
+PROVIDER_BYTES = {"read": ("read_bytes_landed", "read_bytes_served"),
+                  "write": ("write_bytes_sent", "write_bytes_landed")}
 OBSERVER = H.validator("observer-log")
 READY = H.validator("runner-ready")
 MIB = 1 << 20
@@ -85,14 +92,19 @@ def assert_healthy(result, prof):
             assert p["byte_check"] == {"checked_bytes": prof["payload"], "mismatched_bytes": 0,
                                        "first_mismatch": None, "ok": True}
             assert p["guard_check"]["ok"] and p["guard_check"]["guard_bytes"] == profile_model.GUARD_BYTES
-        for counters in (rr["counters"], sr["counters"]):
-            assert counters["public"]["bytes"] == counters["native"]["bytes"] == bytes_per_round
-            assert sorted(counters["native"]["per_rail"]) == [str(r) for r in rails]
-            for rail in rails:
-                per = workload["per_rail"][str(rail)]
-                assert counters["public"]["per_rail"][str(rail)] == per["bytes"]
-                assert counters["native"]["per_rail"][str(rail)]["bytes"] == per["bytes"]
-                assert counters["native"]["per_rail"][str(rail)]["wrs"] == per["wrs"]
+        counters = rr["counters"]
+        assert counters["public"]["bytes"] == counters["native"]["bytes"] == bytes_per_round
+        assert sorted(counters["native"]["per_rail"]) == [str(r) for r in rails]
+        for rail in rails:
+            per = workload["per_rail"][str(rail)]
+            assert counters["public"]["per_rail"][str(rail)] == per["bytes"]
+            assert counters["native"]["per_rail"][str(rail)]["bytes"] == per["bytes"]
+            assert counters["native"]["per_rail"][str(rail)]["wrs"] == per["wrs"]
+        # The source posts nothing and polls nothing (one-sided operations): its native counters are 0;
+        # its public bytes are the parents the requester reported complete.
+        assert sr["counters"]["native"] == {"bytes": 0, "wrs": 0, "cqes": 0,
+                                            "per_rail": {str(r): {"bytes": 0, "wrs": 0, "cqes": 0} for r in rails}}
+        assert sr["counters"]["public"]["bytes"] == bytes_per_round
         assert rr["counters"]["native"]["wrs"] == rr["counters"]["native"]["cqes"] == wrs_per_round
         # QPs created once, reused afterwards.
         first = rr["round"] == 1
@@ -105,28 +117,52 @@ def assert_healthy(result, prof):
         assert sr["drain"] == rr["drain"] == {"drained": True, "debt_wrs": 0, "debt_bytes": 0, "debt_grants": 0}
         assert rr["batches"][0]["state"] == "Completed" and rr["batches"][0]["free"] == "Ok"
         assert all(p["status"] == "Released" for p in sr["parents"])
-        # Payload on the data channel only; rendezvous stays small and both sides count the same bytes.
-        moved = "payload_bytes_received" if prof["operation"] == "read" else "payload_bytes_sent"
-        assert rr["data_channel"][moved] == bytes_per_round
+        # The provider moved the payload (its own counters, both sides); rendezvous stays small and both
+        # sides count the same bytes.
+        mine, theirs = PROVIDER_BYTES[prof["operation"]]
+        assert rr["provider"] == dict(ZERO_PROVIDER, **{mine: bytes_per_round, "wr_completed": wrs_per_round})
+        assert sr["provider"] == dict(ZERO_PROVIDER, **{theirs: bytes_per_round})
         assert rr["rendezvous"]["bytes_sent"] + rr["rendezvous"]["bytes_received"] < 64 * 1024
         assert rr["rendezvous"]["bytes_sent"] == sr["rendezvous"]["bytes_received"]
         assert rr["rendezvous"]["bytes_received"] == sr["rendezvous"]["bytes_sent"]
         assert rr["progress"]["mode"] == ("events" if prof["rdma_events"] else "polling")
 
-    # Observer log: every accepted payload WR joins the ledger's WR list and its own completion.
+    for ledger in (src, req):  # the provider's own count agrees with the resource table: nothing stays held
+        assert ledger["teardown"]["provider_held"] == dict.fromkeys(("ctx", "pd", "mr", "cq", "channel", "qp"), 0)
+        assert ledger["verbs_library"] == H.native()["verbs_library"]
+
+    # Observer log, written by the real native `accounting` preloaded into the requester (its pid, the
+    # C tool's format): every accepted payload WR joins the ledger's WR list and its own completion.
     obs = result["observer"]
-    assert obs[0]["schema"] == "orbite.observer-log" and obs[0]["tool"] == "accounting"
+    assert (obs[0]["schema"], obs[0]["tool"], obs[0]["pid"]) == ("orbite.observer-log", "accounting", req["pid"])
     assert obs[-1]["ev"] == "summary"
     wr_lines = [o for o in obs if o.get("ev") == "wr"]
     assert len(wr_lines) == 3 * wrs_per_round == obs[-1]["accepted_wrs"] == obs[-1]["joined"]
     assert obs[-1]["unjoined"] == 0
+    assert {o["status_name"] for o in obs if o.get("ev") == "cqe"} == {"IBV_WC_SUCCESS"}
     devices = {r["rail"]: r["device"] for r in req["rails"]}
     for line in wr_lines:
         ledger_wr = wr_index[(line["qpn"], line["wr_id"])]
         assert line["bytes"] == ledger_wr["bytes"] and line["dev"] == devices[ledger_wr["rail"]]
+        assert (line["ctx"], line["cq"]) == (ledger_wr["context"], ledger_wr["cq"])  # "%p" of the objects
         assert line["opcode"] == ("RDMA_READ" if prof["operation"] == "read" else "RDMA_WRITE")
     assert all(v <= profile_model.SEND_QUEUE_DEPTH for v in obs[-1]["max_inflight_per_qp"].values())
     return workload
+
+
+def observed_parents_in_flight(result):
+    """Most distinct parents in flight per QPN, replayed from the observer log (parents from the ledger)."""
+    parent_of = {(w["qpn"], w["wr_id"]): w["parent"] for r in result["requester"]["rounds"] for w in r["wrs"]}
+    flight, most = {}, {}
+    for line in result["observer"]:
+        if line.get("ev") in ("wr", "cqe"):
+            qp = flight.setdefault(line["qpn"], {})
+            if line["ev"] == "wr":
+                qp[line["wr_id"]] = parent_of[(line["qpn"], line["wr_id"])]
+            else:
+                qp.pop(line["wr_id"], None)
+            most[line["qpn"]] = max(most.get(line["qpn"], 0), len(set(qp.values())))
+    return most
 
 
 @pytest.mark.slow
@@ -142,8 +178,9 @@ def test_rail_accounting_read_polling_counts_the_seed_figures(tmp_path):
         for usage in by_rail.values():  # the rail-accounting rule: >= 2 parents on each rail's shared QP
             assert usage["wrs_posted"] == 32
             assert usage["max_outstanding_parents"] >= workload["min_outstanding_parents_per_rail_qp"]
-    summary = result["observer"][-1]
-    assert all(v >= 2 for v in summary["max_outstanding_parents_per_qp"].values())
+    # The observer's own record shows several parents in flight on each rail's shared QP too.
+    observed = observed_parents_in_flight(result)
+    assert len(observed) == 2 and min(observed.values()) >= workload["min_outstanding_parents_per_rail_qp"]
 
 
 @pytest.mark.slow
@@ -212,9 +249,18 @@ def _run_single(tmp_path, case, env=None):
     (lambda c: c.update(defects=["melt"]), "case field defects[0] = 'melt': must be one of"),
     (lambda c: c.update(rails=c["rails"][:1]), "case field rails"),
     (lambda c: c.update(colour="red"), "case field colour = 'red': is not a case field"),
-    (lambda c: c["profile"].update(mode="installed-restart"), "profile.mode = 'installed-restart'"),
+    (lambda c: c["profile"].update(mode="installed-interruption"), "profile.mode = 'installed-interruption'"),
     (lambda c: c.pop("service_address"), "case field service_address = null: is required"),
-    (lambda c: c.update(observers=["cq_fault"]), "case field observers[0] = 'cq_fault': the simulated runner models"),
+    (lambda c: c.update(observers=["cq_fault", "cq_fault"]), "case field observers = [\"cq_fault\", \"cq_fault\"]: "
+     "must not repeat a name"),
+    (lambda c: c.update(verbs_library={"path": "lib.so", "sha256": "0" * 64}),
+     "case field verbs_library.path = 'lib.so': must be an absolute path"),
+    (lambda c: c["verbs_library"].update(sha256="ABC"),
+     "case field verbs_library.sha256 = 'ABC': must be 64 lower-case"),
+    (lambda c: c["verbs_library"].update(extra=1), "case field verbs_library.extra = 1: is not a verbs_library field"),
+    (lambda c: c["verbs_library"].update(sha256="0" * 64), "only the pinned library is loaded"),
+    (lambda c: c["verbs_library"].update(path="/nonexistent/libibverbs.so.1"),
+     "case field verbs_library.path = '/nonexistent/libibverbs.so.1': cannot be opened"),
 ])
 def test_bad_case_is_exit_2_naming_field_value_and_rule(tmp_path, mutate, needle):
     root = H.make_hosts()[0]
@@ -224,6 +270,40 @@ def test_bad_case_is_exit_2_naming_field_value_and_rule(tmp_path, mutate, needle
     assert proc.returncode == 2
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert ledger["status"] == "case_error" and needle in ledger["errors"][0]["message"]
+
+
+def test_a_symlinked_verbs_library_is_refused(tmp_path):
+    """The pinned library is opened without following a symlink: what is hashed is what is named."""
+    link = tmp_path / "libibverbs.so.1"
+    link.symlink_to(H.native()["verbs_library"]["path"])
+    case = H.base_case(H.profile(), "source", H.make_hosts()[0], service_address="127.0.0.1:0")
+    case["verbs_library"]["path"] = str(link)
+    proc, ledger = _run_single(tmp_path, case)
+    assert proc.returncode == 2 and "cannot be opened" in proc.stderr and "not a symlink" in proc.stderr
+    assert ledger["status"] == "case_error"
+
+
+def test_a_verbs_library_that_is_not_the_provider_is_named(tmp_path):
+    """rdma-core's own libibverbs lacks the exported forms of the inline verbs the runner calls."""
+    system = Path("/usr/lib/x86_64-linux-gnu/libibverbs.so.1")
+    if not system.exists():
+        pytest.skip("rdma-core's libibverbs.so.1 is not installed here")
+    real = system.resolve()
+    case = H.base_case(H.profile(), "source", H.make_hosts()[0], service_address="127.0.0.1:0")
+    case["verbs_library"] = {"path": str(real), "sha256": hashlib.sha256(real.read_bytes()).hexdigest()}
+    proc, ledger = _run_single(tmp_path, case)
+    assert proc.returncode == 2 and "is not the loopback verbs provider (no orbite_" in proc.stderr, proc.stderr
+    assert ledger["status"] == "case_error"
+
+
+def test_without_the_preload_no_observer_log_exists(tmp_path):
+    """The runner writes no observer log of its own: without the native observer preloaded there is none,
+    and the run itself is unchanged (the provider still moves every byte)."""
+    prof = H.profile(parents=2, payload=3 * 65536, block=65536, num_lanes=1)
+    result = H.run_pair(tmp_path, prof, observers=())
+    assert result["rc"] == {"source": 0, "requester": 0}, result["stderr"]
+    assert result["observer"] == [] and not list((tmp_path / "out-requester").glob("observer-*"))
+    assert [r["provider"]["read_bytes_landed"] for r in result["requester"]["rounds"]] == [2 * 3 * 65536] * 3
 
 
 def test_unpopulated_gid_is_exit_3_unavailable(tmp_path):

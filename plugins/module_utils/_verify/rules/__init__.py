@@ -9,7 +9,9 @@ A new rule goes into its group's module (or a new module imported below), beside
         return [(message, evidence path), ...]   # empty: PASS
 
 The import order below is the order the codes are reported in and documented (docs/verifier.md,
-scripts/verifier_codes_table.py): the plan's codes, the receipts', then the rules by group. A rule
+scripts/verifier_codes_table.py): the plan's codes, the receipts', then the rules by group, the
+identity rules after them (they bind every receipt to the run, and give way to the journal's own checks), then the
+fault modes' rules (restart: masked by identity.epochs where a reused epoch is the one broken fact). A rule
 can be masked (``after``) only by rules registered before it.
 """
 
@@ -23,10 +25,16 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     counters,
     qps,
     mrs,
+    layout,
+    progress,
     rendezvous,
     accounting,
+    digests,
     journal,
     discovery,
+    teardown,
+    identity,
+    restart,
 )
 
 RULES = REGISTRY.rules()

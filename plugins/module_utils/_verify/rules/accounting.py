@@ -2,14 +2,23 @@
 # Copyright: OrbiTE qualification contributors
 """Accounting observer rules: the requester's observer log, replayed, against the ledger and the workload.
 
-Every rule here reads one replay of the log (``_replay``): a single pass in log order, made once
-per generation and kept in ``case.memo``, so a log of a million records is walked once, not seven times.
+Every rule here reads one replay of the log (``Replay``), made once per generation and kept in
+``case.memo``, so a log of a million records is read once, not seven times.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import accumulate, chain, compress, filterfalse, islice, repeat
+from operator import and_, eq, gt, is_not, itemgetter, not_, sub
 
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
+    CQE,
+    WITHHELD,
+    WR,
+    pointer_text,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import no_gc
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
     MAX_PROBLEMS_SHOWN,
@@ -36,91 +45,238 @@ def _accounting_logs(case):
             yield generation, case.observer_logs[key], case.ledger("requester", generation)
 
 
-def _ledger_wrs(ledger):
-    return {(wr["qpn"], wr["wr_id"]): wr for rnd in ledger["rounds"] for wr in rnd["wrs"]}
-
-
 def _device_rails(ledger):
     return {rail["device"]: rail["rail"] for rail in ledger["rails"]}
+
+
+_SHORT = itemgetter("qpn", "wr_id")
+_FIELDS = ("qpn", "wr_id", "bytes", "opcode")
 
 
 class Replay:
     """What one walk of the log in order shows: joins by (context, CQ, QPN, WR ID), WRs and distinct
     parents in flight per QP (the parent of a WR from the ledger), and the WRs against the ledger's.
 
-    One loop with everything in locals: it runs once per record of logs a million records long.
-    In-flight figures can only grow on a posted WR, so their maxima are taken there.
+    Built from the log's columns (loader.ObserverLog). A healthy log (one context and CQ per QPN,
+    every WR accepted once, every completion of an accepted WR, once, after it) is read with whole-
+    column operations and one tight loop for the parents in flight; any other log takes the exact
+    walk event by event (``_walk``), whose findings name the offenders. Both give the same figures:
+    ``accepted_count``, ``joined_count``, ``unjoined`` (keys), ``orphans``, ``duplicates``, ``failed``,
+    ``joined_bytes`` (per device), ``max_wrs``/``max_parents`` (per QPN), ``unlisted``, ``differing``,
+    ``missing``, ``wrs``, ``bytes``, ``devices``.
     """
 
     def __init__(self, log, ledger):
-        listed = _ledger_wrs(ledger)
-        accepted, joined, seen, devices = {}, set(), set(), set()
-        orphans, duplicates, failed, unlisted, differing = [], [], [], [], []
-        per_qp = {}  # qpn -> [{key: parent} in flight, {parent: its WRs in flight}, most WRs, most parents]
+        with no_gc():
+            flow = log.flow()  # WRs and completions in log order: what moves the in-flight figures
+            seq = (flow["kind"], flow["qpn"], flow["wr_id"], flow["ctx"], flow["cq"])
+            table = log.wrs()
+            ledger_wrs = list(chain.from_iterable(rnd["wrs"] for rnd in ledger["rounds"]))
+            parents = self._against_ledger(table, ledger_wrs)
+            if self._fast(log, seq, table):
+                # Parent of each flow event: its WR's (WRs in order; completions by their WR's index).
+                seq_parent = _merge(seq[0], parents, map(parents.__getitem__, self._done_index))
+                self.max_wrs = _most_wrs(seq[0], seq[1])
+                self.max_parents = _most_parents(seq[0], seq[1], seq_parent, None)
+            else:
+                self._walk(log, seq, table)
+                seq_parent = [None if i is None else parents[i] for i in self._wr_of]
+                self.max_wrs, self.max_parents = _in_flight(seq[0], seq[1], seq_parent, self._valid)
+                del self._wr_of, self._valid
+            for qpn in self.max_wrs:
+                self.max_parents.setdefault(qpn, 0)
+
+    def _fast(self, log, seq, table):
+        """The healthy log's figures from whole columns; False (nothing set) when the exact walk must run."""
+        seq_kind, seq_qpn, seq_wr_id, seq_ctx, seq_cq = seq
+        qpns = set(seq_qpn)
+        if len(set(zip(seq_qpn, seq_ctx, seq_cq))) != len(qpns):
+            return False  # a QPN on two contexts or CQs: only the full key joins
+        wr_ids = table["wr_id"]
+        is_wr, done = seq_kind.translate(_IS_WR), seq_kind.translate(_IS_DONE)
+        # The join key: the WR ID alone when no two WRs share one (the completion's QPN checked
+        # below), else (QPN, WR ID).
+        unique = len(set(wr_ids)) == len(wr_ids)
+        keys = seq_wr_id if unique else list(zip(seq_qpn, seq_wr_id))
+        accepted = dict(zip(compress(keys, is_wr), range(len(wr_ids))))
+        index = list(map(accepted.get, compress(keys, done)))
+        if len(accepted) != len(wr_ids) or None in index or len(set(index)) != len(index):
+            return False  # a WR accepted twice, a completion of none or twice: the walk names them
+        if unique and list(map(table["qpn"].__getitem__, index)) != list(compress(seq_qpn, done)):
+            return False  # a completion on another QP than its WR's
+        posted = list(compress(range(len(keys)), is_wr))
+        if not all(map(gt, compress(range(len(keys)), done), map(posted.__getitem__, index))):
+            return False  # a completion logged before its WR: the walk counts it as an orphan
+        cqe = bytes(compress(seq_kind, done)).translate(_IS_CQE)
+        statuses = log.table(CQE)["status"]
+        cqe_index = list(compress(index, cqe))
+        joined = list(compress(cqe_index, map(not_, statuses)))
+        full = _full_keys(table)
+        self.accepted_count, self.joined_count = len(accepted), len(joined)
+        self.failed = [full(i) for i in compress(cqe_index, statuses)]
+        self.orphans, self.duplicates = [], []
+        dev, size = table["dev"], table["bytes"]
         joined_bytes = defaultdict(int)
-        wrs = total = 0
-        for event in log.events:
-            kind = event["ev"]
-            if kind == "wr":
-                qpn, wr_id = event["qpn"], event["wr_id"]
-                key = (event["ctx"], event["cq"], qpn, wr_id)
+        if len(joined) == len(accepted):
+            self.unjoined = []
+            for name in set(dev):
+                joined_bytes[name] = sum(compress(size, map(eq, dev, repeat(name))))
+        else:
+            mark = bytearray(len(accepted))
+            for i in joined:
+                mark[i] = 1
+                joined_bytes[dev[i]] += size[i]
+            self.unjoined = [full(i) for i in compress(range(len(mark)), map(not_, mark))]
+        self.joined_bytes = joined_bytes
+        self._done_index = index
+        return True
+
+    def _walk(self, log, seq, table):
+        """The exact replay, event by event, by the full key (logs with duplicates, orphans or completions
+        out of order)."""
+        seq_kind, seq_qpn, seq_wr_id, seq_ctx, seq_cq = seq
+        accepted, joined, in_flight = {}, set(), set()
+        orphans, duplicates, failed, valid, wr_of = [], [], [], [], []
+        joined_bytes = defaultdict(int)
+        dev, size = table["dev"], table["bytes"]
+        statuses = iter(log.table(CQE)["status"])
+        index = 0
+        for kind, key in zip(seq_kind, zip(seq_ctx, seq_cq, seq_qpn, seq_wr_id)):
+            if kind == WR:
                 if key in accepted:
                     duplicates.append(key)
-                accepted[key] = event
-                wrs += 1
-                total += event["bytes"]
-                devices.add(event["dev"])
-                short = (qpn, wr_id)
-                seen.add(short)
-                wr = listed.get(short)
-                if wr is None:
-                    if len(unlisted) < MAX_PROBLEMS_SHOWN:
-                        unlisted.append(short)
-                elif (wr["bytes"] != event["bytes"] or wr["opcode"] != event["opcode"] or wr["context"] != key[0]
-                      or wr["cq"] != key[1]) and len(differing) < MAX_PROBLEMS_SHOWN:
-                    differing.append((short, wr, event))
-                state = per_qp.get(qpn)
-                if state is None:
-                    state = per_qp[qpn] = [{}, {}, 0, 0]
-                current, counts = state[0], state[1]
-                if key in current:
-                    _leave(counts, current[key])
-                parent = current[key] = None if wr is None else wr["parent"]
-                if parent is not None:
-                    counts[parent] = counts.get(parent, 0) + 1
-                state[2] = max(state[2], len(current))
-                state[3] = max(state[3], len(counts))
-            elif kind in ("cqe", "withheld"):
-                qpn = event["qpn"]
-                key = (event["ctx"], event["cq"], qpn, event["wr_id"])
-                if kind == "cqe":
-                    if key not in accepted:
-                        orphans.append(key)
-                    elif event["status"] != 0:
-                        failed.append(key)
-                    elif key in joined:
-                        duplicates.append(key)
-                    else:
-                        joined.add(key)
-                        posted = accepted[key]
-                        joined_bytes[posted["dev"]] += posted["bytes"]
-                state = per_qp.get(qpn)
-                if state is not None and key in state[0]:
-                    _leave(state[1], state[0].pop(key))
-        self.accepted, self.joined, self.devices = accepted, joined, devices
-        self.orphans, self.duplicates, self.failed = orphans, duplicates, failed
-        self.unlisted, self.differing, self.missing = unlisted, differing, sorted(set(listed) - seen)
-        self.wrs, self.bytes = wrs, total
-        self.max_wrs = {qpn: state[2] for qpn, state in per_qp.items()}
-        self.max_parents = {qpn: state[3] for qpn, state in per_qp.items()}
-        self.joined_bytes = joined_bytes  # device -> bytes of the WRs joined to a successful completion
+                accepted[key] = index
+                wr_of.append(index)
+                index += 1
+                valid.append(key not in in_flight)  # a duplicate still in flight replaces its first post
+                in_flight.add(key)
+                continue
+            if kind == CQE:
+                status = next(statuses)
+                if key not in accepted:
+                    orphans.append(key)
+                elif status:
+                    failed.append(key)
+                elif key in joined:
+                    duplicates.append(key)
+                else:
+                    joined.add(key)
+                    position = accepted[key]
+                    joined_bytes[dev[position]] += size[position]
+            wr_of.append(accepted.get(key))  # None: a completion of no WR (moves nothing)
+            valid.append(key in in_flight)
+            in_flight.discard(key)
+        self.accepted_count, self.joined_count = len(accepted), len(joined)
+        self.unjoined = _shown(key for key in accepted if key not in joined)
+        self.joined_bytes = joined_bytes
+        self.orphans, self.duplicates, self.failed = _shown(orphans), _shown(duplicates), _shown(failed)
+        self._wr_of, self._valid = wr_of, valid
+
+    def _against_ledger(self, table, wrs):
+        """WRs the ledger does not list, or lists differently (first few), and ledger WRs never seen;
+        returns the parent of each logged WR (None: not listed)."""
+        qpns, wr_ids, sizes = table["qpn"], table["wr_id"], table["bytes"]
+        self.wrs, self.bytes, self.devices = len(qpns), sum(sizes), set(table["dev"])
+        ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
+        # The same WRs in the same order (an engine lists them as it posts them): compared column by
+        # column, no key built.
+        if len(wrs) == len(qpns) and all(list(map(itemgetter(name), wrs)) == table[name] for name in _FIELDS) and \
+                list(map(itemgetter("context"), wrs)) == ctxs and list(map(itemgetter("cq"), wrs)) == cqs:
+            self.unlisted, self.differing, self.missing = [], [], []
+            return list(map(itemgetter("parent"), wrs))
+        seen = list(zip(qpns, wr_ids))
+        listed = dict(zip(map(_SHORT, wrs), wrs))
+        self.unlisted = list(islice(filterfalse(listed.__contains__, seen), MAX_PROBLEMS_SHOWN))
+        self.differing = []
+        for entry in zip(qpns, wr_ids, sizes, table["opcode"], ctxs, cqs):
+            wr = listed.get(entry[:2])
+            if wr is not None and entry[2:] != (wr["bytes"], wr["opcode"], wr["context"], wr["cq"]):
+                event = dict(zip(("qpn", "wr_id", "bytes", "opcode", "ctx", "cq"), entry))
+                self.differing.append((entry[:2], wr, event))
+                if len(self.differing) == MAX_PROBLEMS_SHOWN:
+                    break
+        self.missing = sorted(set(listed).difference(seen))
+        return [None if wr is None else wr["parent"] for wr in map(listed.get, seen)]
 
 
-def _leave(counts, parent):
-    if parent is not None:
-        counts[parent] -= 1
-        if not counts[parent]:
-            del counts[parent]
+def _full_keys(table):
+    """The (context, CQ, QPN, WR ID) join key of a WR, by its index in the log's WR columns, as the
+    JSON format writes it."""
+    return lambda i: (pointer_text(table["ctx"][i]), pointer_text(table["cq"][i]), table["qpn"][i],
+                      table["wr_id"][i])
+
+
+def _shown(keys):
+    """Join keys as the JSON format writes them (pointers as text)."""
+    return [(pointer_text(ctx), pointer_text(cq), qpn, wr_id) for ctx, cq, qpn, wr_id in keys]
+
+
+_IS_WR = bytes(1 if byte == WR else 0 for byte in range(256))
+_IS_CQE = bytes(1 if byte == CQE else 0 for byte in range(256))
+_IS_DONE = bytes(1 if byte in (CQE, WITHHELD) else 0 for byte in range(256))
+_DELTA = bytes(2 if byte == WR else 0 for byte in range(256))  # minus one: +1 for a WR, -1 for a completion
+
+
+def _texts(column):
+    """Contexts or CQs as the ledger names them (the JSON format's pointer text)."""
+    if column and isinstance(column[0], int):
+        return [pointer_text(value) for value in column] if 0 in column else list(map(hex, column))
+    return column
+
+
+def _merge(seq_kind, wr_values, done_values):
+    """One value per flow event: the WRs' in order at WR events, the completions' at the others."""
+    merged = [None] * len(seq_kind)
+    for values, mask in ((wr_values, _IS_WR), (done_values, _IS_DONE)):
+        for at, value in zip(compress(range(len(seq_kind)), seq_kind.translate(mask)), values):
+            merged[at] = value
+    return merged
+
+
+def _most_wrs(seq_kind, seq_qpn):
+    """Most WRs in flight per QPN when every completion ends one: a running sum per QPN, in C."""
+    deltas = list(map(sub, seq_kind.translate(_DELTA), repeat(1)))
+    return {qpn: max(accumulate(compress(deltas, map(eq, seq_qpn, repeat(qpn))))) for qpn in set(seq_qpn)}
+
+
+def _most_parents(seq_kind, seq_qpn, seq_parent, valid):
+    """Most distinct parents with a WR in flight per QPN (events not ``valid`` skipped, and events of WRs
+    the ledger does not list: no parent)."""
+    seq_parent = list(seq_parent)
+    keep = list(map(is_not, seq_parent, repeat(None)))
+    if valid is not None:
+        keep = list(map(and_, keep, valid))
+    parents = dict.fromkeys(compress(seq_qpn, seq_kind.translate(_IS_WR)), 0)  # every QPN with a WR
+    top = dict(parents)
+    count = {}
+    get = count.get
+    for kind, key in compress(zip(seq_kind, zip(seq_qpn, seq_parent)), keep):
+        held = get(key, 0)
+        if kind == WR:
+            count[key] = held + 1
+            if not held:
+                qpn = key[0]
+                now = parents[qpn] + 1
+                parents[qpn] = now
+                top[qpn] = max(top[qpn], now)
+        else:
+            count[key] = held - 1
+            if held == 1:
+                parents[key[0]] -= 1
+    return top
+
+
+def _in_flight(seq_kind, seq_qpn, seq_parent, valid):
+    """(most WRs, most distinct parents) in flight per QP, events not ``valid`` skipped (the walk's)."""
+    wrs, top = {}, {}
+    for kind, qpn in compress(zip(seq_kind, seq_qpn), valid):
+        now = wrs.get(qpn, 0) + (1 if kind == WR else -1)
+        wrs[qpn] = now
+        if now > top.get(qpn, 0):
+            top[qpn] = now
+    for qpn in wrs:
+        top.setdefault(qpn, 0)
+    return top, _most_parents(seq_kind, seq_qpn, seq_parent, valid)
 
 
 def _replays(case):
@@ -138,8 +294,7 @@ def _replays(case):
 def check_observer_join(case):
     problems = []
     for generation, log, _ledger, replay in _replays(case):
-        accepted, joined = replay.accepted, replay.joined
-        unjoined = [k for k in accepted if k not in joined]
+        accepted, joined, unjoined = replay.accepted_count, replay.joined_count, replay.unjoined
         if unjoined or replay.orphans or replay.duplicates or replay.failed:
             problems.append(
                 (
@@ -151,15 +306,15 @@ def check_observer_join(case):
             )
         summary = log.summary
         if (summary["accepted_wrs"], summary["joined"], summary["unjoined"]) != (
-            len(accepted),
-            len(joined),
-            len(accepted) - len(joined),
+            accepted,
+            joined,
+            accepted - joined,
         ):
             problems.append(
                 (
                     f"g{generation}: the log's summary says accepted/joined/unjoined "
                     f"{summary['accepted_wrs']}/{summary['joined']}/{summary['unjoined']}, its lines give "
-                    f"{len(accepted)}/{len(joined)}/{len(accepted) - len(joined)}",
+                    f"{accepted}/{joined}/{accepted - joined}",
                     log.path,
                 )
             )

@@ -1,6 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""Counter rules: the requester's WR and byte counters, against the derived workload."""
+"""Counter rules: the WRs, bytes and counters of both peers, against the derived workload.
+
+Every expected figure is derived from the profile (``derive_workload``, ``slice_sizes``, the
+placement of docs/runner-contract.md §4) or read from the peer's ledger; none from the ledger
+under test. The figures a ledger states about itself (its WR list against its own totals) agree
+in a consistent defect, so they are never held against each other alone.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +14,105 @@ from collections import defaultdict
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import enabled_rails, rounds
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
+    MAX_PROBLEMS_SHOWN,
+    enabled_rails,
+    rounds,
+)
+
+OPCODES = {"read": "RDMA_READ", "write": "RDMA_WRITE"}
 
 
 def _runs(sizes):
     return ", ".join(f"{r['count']} x {r['bytes']}" for r in model._compress(sizes)) if sizes else "none"
 
 
-@rule("counters.wrs", "counters",
-      "listed WRs, their completions and the native WR and CQE counters agree",
-      witness=("runner",))
-def check_wr_count(case):
-    """The WRs the ledger lists, their successful completions, the native WR counter and the
-    native CQE counter agree (the count itself is held against the workload by counters.slicing)."""
+def _placement(case):
+    """parent -> (rail, lane) of the documented placement."""
+    p = case.profile
+    entries = model.parent_placement(p["parents"], p["mask"], p["num_lanes"])
+    return {e["parent"]: (e["rail"], e["lane"]) for e in entries}
+
+
+def _peer_round(case, role, generation, number):
+    """The round ``number`` of the other role's ledger, or None."""
+    other = "source" if role == "requester" else "requester"
+    for rnd in case.ledger(other, generation)["rounds"]:
+        if rnd.get("round") == number:
+            return rnd
+    return None
+
+
+def _region_offsets(rnd):
+    return {p["parent"]: p.get("region_offset") for p in rnd["parents"]}
+
+
+def _per_rail(figures, field=None):
+    """{rail int: value} of a per_rail object keyed by decimal text (a nested field or a plain value)."""
+    out = {}
+    for key, value in (figures or {}).items():
+        out[int(key) if str(key).isdigit() else key] = value.get(field) if field and isinstance(value, dict) else value
+    return out
+
+
+@rule("counters.slicing", "counters",
+      "the derived WRs a round; each parent cut into the derived slices, each slice posted exactly once at its "
+      "offset in the parent's region and in the peer's",
+      witness=("profile", "peer"), after=("ledger.rounds",))
+def check_slicing(case):
+    """The derived number of payload WRs a round, and each parent cut into the derived slices: slice
+    s of every parent exactly once, of its derived size, at s x block into the parent's region on
+    this side (local) and on the peer's side (remote, from the peer's ledger)."""
     problems = []
-    for _role, generation, rnd, where in rounds(case, ("requester",)):
-        native = rnd["counters"]["native"]
-        figures = {
-            "posted WRs listed": len(rnd["wrs"]),
-            "successful completions listed": sum(1 for wr in rnd["wrs"] if wr["status"] == "SUCCESS"),
-            "native WRs": native["wrs"],
-            "native CQEs": native["cqes"],
-        }
-        if len(set(figures.values())) != 1:
-            problems.append((f"g{generation} round {rnd['round']}: WR accounting disagrees: {figures}", where))
+    profile = case.profile
+    sizes = model.slice_sizes(profile["payload"], profile["block"])
+    block, expected = profile["block"], case.workload["wrs_per_round"]
+    for role, generation, rnd, where in rounds(case, ("requester",)):
+        label = f"g{generation} round {rnd['round']}"
+        if len(rnd["wrs"]) != expected:
+            problems.append((f"{label}: {len(rnd['wrs'])} payload WRs, expected {expected} "
+                             f"({profile['parents']} parents x {len(sizes)} slices)", f"{where}.wrs"))
+        local = _region_offsets(rnd)
+        peer = _peer_round(case, role, generation, rnd["round"])
+        remote = _region_offsets(peer) if peer else {}
+        by_parent = defaultdict(lambda: defaultdict(list))
+        for wr in rnd["wrs"]:
+            by_parent[wr["parent"]][wr["slice"]].append(wr)
+        stray = sorted(p for p in by_parent if not 0 <= p < profile["parents"])
+        if stray:
+            problems.append((f"{label}: WRs of parents {stray[:MAX_PROBLEMS_SHOWN]} the profile does not have",
+                             f"{where}.wrs"))
+        for parent in range(profile["parents"]):
+            found = _parent_slicing(by_parent.get(parent, {}), sizes, block, local.get(parent), remote.get(parent))
+            if found:
+                problems.append((f"{label} parent {parent}: {found}", f"{where}.wrs"))
+                break  # one parent names the fault; the others usually repeat it
     return problems
+
+
+def _parent_slicing(slices, sizes, block, local, remote):
+    """What is wrong with one parent's WRs ({slice: [wr]}), or None."""
+    numbers = sorted(slices)
+    twice = sorted(s for s, wrs in slices.items() if len(wrs) > 1)
+    if numbers != list(range(len(sizes))) or twice:
+        got = [wr["bytes"] for s in numbers for wr in slices[s]]
+        return (f"slices {numbers} (twice: {twice}) of {_runs(got)}, expected each of 0..{len(sizes) - 1} "
+                f"exactly once, {_runs(sizes)}")
+    for number in numbers:
+        (wr,) = slices[number]
+        want = {"bytes": sizes[number],
+                "local_offset": None if local is None else local + number * block,
+                "remote_offset": None if remote is None else remote + number * block}
+        got = {key: wr.get(key) for key in want}
+        if got != want:
+            return f"slice {number} (wr_id {wr['wr_id']}) is {got}, expected {want} (the parent's regions + s x block)"
+    return None
 
 
 @rule("counters.bytes", "counters", "public bytes per round equal the derived workload", witness=("profile",))
 def check_byte_count(case):
     """Public bytes and the bytes of the listed WRs equal the derived workload (native bytes are
-    held against public ones by counters.native_public)."""
+    held against it by counters.native_public)."""
     problems = []
     expected = case.workload["bytes_per_round"]
     for _role, generation, rnd, where in rounds(case, ("requester",)):
@@ -46,69 +120,6 @@ def check_byte_count(case):
         wrong = {k: v for k, v in figures.items() if v != expected}
         if wrong:
             problems.append((f"g{generation} round {rnd['round']}: bytes {wrong}, expected {expected}", where))
-    return problems
-
-
-@rule("counters.native_public", "counters",
-      "native bytes equal public bytes, in all and on every rail",
-      witness=("runner",))
-def check_native_equals_public(case):
-    problems = []
-    for _role, generation, rnd, where in rounds(case, ("requester",)):
-        counters = rnd["counters"]
-        if counters["native"]["bytes"] != counters["public"]["bytes"]:
-            problems.append(
-                (
-                    f"g{generation} round {rnd['round']}: native {counters['native']['bytes']} B != public "
-                    f"{counters['public']['bytes']} B",
-                    f"{where}.counters",
-                )
-            )
-        public, native = counters["public"]["per_rail"], counters["native"]["per_rail"]
-        for rail in sorted(set(public) | set(native)):
-            native_bytes = native.get(rail, {}).get("bytes") if isinstance(native.get(rail), dict) else None
-            if public.get(rail) != native_bytes:
-                problems.append(
-                    (
-                        f"g{generation} round {rnd['round']} rail {rail}: native {native_bytes!r} B "
-                        f"!= public {public.get(rail)!r} B",
-                        f"{where}.counters",
-                    )
-                )
-    return problems
-
-
-@rule("counters.slicing", "counters",
-      "the derived WRs a round, each parent cut into the derived slices",
-      witness=("profile",))
-def check_slicing(case):
-    """The derived number of payload WRs a round, and each parent cut into the derived slices."""
-    problems = []
-    sizes = model.slice_sizes(case.profile["payload"], case.profile["block"])
-    expected = case.workload["wrs_per_round"]
-    for _role, generation, rnd, where in rounds(case, ("requester",)):
-        if len(rnd["wrs"]) != expected:
-            problems.append(
-                (
-                    f"g{generation} round {rnd['round']}: {len(rnd['wrs'])} payload WRs, expected {expected} "
-                    f"({case.profile['parents']} parents x {len(sizes)} slices)",
-                    f"{where}.wrs",
-                )
-            )
-        by_parent = defaultdict(list)
-        for wr in rnd["wrs"]:
-            by_parent[wr["parent"]].append((wr["slice"], wr["bytes"]))
-        for parent, slices in sorted(by_parent.items()):
-            got = [size for _slice, size in sorted(slices)]
-            if got != sizes:
-                problems.append(
-                    (
-                        f"g{generation} round {rnd['round']} parent {parent}: slices {_runs(got)}, "
-                        f"expected {_runs(sizes)}",
-                        f"{where}.wrs",
-                    )
-                )
-                break
     return problems
 
 
@@ -130,4 +141,137 @@ def check_rails_used(case):
                     f"{where}.wrs",
                 )
             )
+    return problems
+
+
+@rule("counters.placement", "counters",
+      "every parent on its documented rail and lane (both peers), every WR on its parent's, and the public bytes "
+      "per rail those of the placement",
+      witness=("profile",), after=("counters.slicing", "counters.rails"))
+def check_placement(case):
+    """Parent p on rail rails[p % R], lane (p // R) % lanes (docs/runner-contract.md §4) on both
+    peers; each WR on the rail, lane and QP of its parent; the requester's public bytes per rail
+    recomputed from the parents under that placement (``derive_workload``'s ``per_rail``; the
+    source's counters are counters.source's)."""
+    problems = []
+    placement = _placement(case)
+    per_rail = {int(r): figures["bytes"] for r, figures in case.workload["per_rail"].items()}
+    for role, generation, rnd, where in rounds(case):
+        label = f"{role} g{generation} round {rnd['round']}"
+        misplaced = [(p["parent"], (p["rail"], p.get("lane")), placement.get(p["parent"])) for p in rnd["parents"]
+                     if (p["rail"], p.get("lane")) != placement.get(p["parent"])]
+        if misplaced:
+            problems.append((f"{label}: parents (parent, rail/lane, documented) {misplaced[:MAX_PROBLEMS_SHOWN]}",
+                             f"{where}.parents"))
+            continue
+        qpn_of = {p["parent"]: p.get("qpn") for p in rnd["parents"]}
+        astray = [wr["wr_id"] for wr in rnd["wrs"]
+                  if (wr["rail"], wr["lane"]) != placement.get(wr["parent"]) or wr["qpn"] != qpn_of.get(wr["parent"])]
+        if astray:
+            problems.append((f"{label}: WRs {astray[:MAX_PROBLEMS_SHOWN]} not on their parent's rail, lane and QP",
+                             f"{where}.wrs"))
+        public = _per_rail(rnd["counters"]["public"]["per_rail"])
+        if role == "requester" and public != per_rail:  # the source's counters: counters.source
+            problems.append((f"{label}: public bytes per rail {public}, the placement gives {per_rail}",
+                             f"{where}.counters.public"))
+    return problems
+
+
+@rule("counters.wrs", "counters",
+      "the native WR and CQE counters and the successful completions are the derived WRs, in all and per rail",
+      witness=("profile",), after=("counters.slicing", "counters.rails", "counters.placement"))
+def check_wr_count(case):
+    """The native WR and CQE counters, in all and per rail, and the WRs listed with a successful
+    completion equal the derived figures (WRs a round, and per rail under the placement)."""
+    problems = []
+    expected = case.workload["wrs_per_round"]
+    per_rail = {int(r): figures["wrs"] for r, figures in case.workload["per_rail"].items()}
+    for _role, generation, rnd, where in rounds(case, ("requester",)):
+        native = rnd["counters"]["native"]
+        figures = {
+            "native WRs": native["wrs"],
+            "native CQEs": native["cqes"],
+            "successful completions listed": sum(1 for wr in rnd["wrs"] if wr["status"] == "SUCCESS"),
+        }
+        wrong = {k: v for k, v in figures.items() if v != expected}
+        rails = {"WRs": _per_rail(native["per_rail"], "wrs"), "CQEs": _per_rail(native["per_rail"], "cqes")}
+        wrong.update({f"native {k} per rail": v for k, v in rails.items() if v != per_rail})
+        if wrong:
+            problems.append((f"g{generation} round {rnd['round']}: {wrong}, expected {expected} "
+                             f"({per_rail} per rail)", f"{where}.counters.native"))
+    return problems
+
+
+@rule("counters.native_public", "counters",
+      "native bytes equal the derived bytes, in all and on every rail of the placement",
+      witness=("profile",), after=("counters.bytes", "counters.rails", "counters.placement"))
+def check_native_equals_public(case):
+    """The verbs layer's byte counters, in all and per rail, equal the bytes derived from the
+    parents and the placement (what the public counters must also say: counters.bytes/.placement)."""
+    problems = []
+    expected = case.workload["bytes_per_round"]
+    per_rail = {int(r): figures["bytes"] for r, figures in case.workload["per_rail"].items()}
+    for _role, generation, rnd, where in rounds(case, ("requester",)):
+        native = rnd["counters"]["native"]
+        got = _per_rail(native["per_rail"], "bytes")
+        if native["bytes"] != expected or got != per_rail:
+            problems.append((f"g{generation} round {rnd['round']}: native {native['bytes']} B, per rail {got}; "
+                             f"derived {expected} B, per rail {per_rail}", f"{where}.counters.native"))
+    return problems
+
+
+@rule("counters.opcodes", "counters",
+      "every QP, QP usage and payload WR is of the profile's operation (RDMA_READ or RDMA_WRITE)",
+      witness=("profile",))
+def check_opcodes(case):
+    problems = []
+    operation = case.profile["operation"]
+    opcode = OPCODES[operation]
+    for role, generation, ledger, path in ((r, g, case.ledger(r, g), case.ledger_path(r, g))
+                                           for g in case.generations() for r in ("source", "requester")):
+        wrong_qps = [qp["qpn"] for qp in ledger["qps"] if qp["operation"] != operation]
+        if wrong_qps:
+            problems.append((f"{role} g{generation}: QPs {wrong_qps[:MAX_PROBLEMS_SHOWN]} are not for {operation}",
+                             f"{path}#qps"))
+        for index, rnd in enumerate(ledger["rounds"]):
+            usage = [u["qpn"] for u in rnd["qp_usage"] if u.get("operation") != operation]
+            wrs = sorted({wr["opcode"] for wr in rnd["wrs"]} - {opcode})
+            if usage or wrs:
+                problems.append((f"{role} g{generation} round {rnd['round']}: opcodes {wrs} and QP usage of "
+                                 f"QPs {usage[:MAX_PROBLEMS_SHOWN]} are not the profile's {opcode}",
+                                 f"{path}#rounds[{index}]"))
+    return problems
+
+
+@rule("counters.source", "counters",
+      "the source served (read) or received (write) per round, per rail and per parent what the requester "
+      "completed: the derived bytes",
+      witness=("profile", "peer"),
+      after=("ledger.rounds", "ledger.parents", "counters.slicing", "counters.bytes", "counters.rails",
+             "counters.placement"))
+def check_source_counters(case):
+    """The source's own account of the bytes it served or received for completed parents (its
+    public counters, in all and per rail, and each parent's completed bytes) equals the requester's,
+    which the rules above hold to the derived workload: both are held to it here. (The source's
+    verbs layer sees no one-sided operation; the provider's own counters are rendezvous.no_payload's.)"""
+    problems = []
+    payload, expected = case.profile["payload"], case.workload["bytes_per_round"]
+    per_rail = {int(r): figures["bytes"] for r, figures in case.workload["per_rail"].items()}
+    for role, generation, rnd, where in rounds(case, ("source",)):
+        label = f"g{generation} round {rnd['round']}"
+        public = rnd["counters"]["public"]
+        got = (public["bytes"], _per_rail(public["per_rail"]))
+        if got != (expected, per_rail):
+            problems.append((f"source {label}: served/received {got[0]} B, per rail {got[1]}; the derived figures "
+                             f"(and the requester's) are {expected} B, per rail {per_rail}", f"{where}.counters"))
+        peer = _peer_round(case, role, generation, rnd["round"]) or {"parents": []}
+        requester = {p["parent"]: p["completed_bytes"] for p in peer["parents"]}
+        source = {p["parent"]: p["completed_bytes"] for p in rnd["parents"]}
+        differ = sorted(p for p in set(source) | set(requester)
+                        if source.get(p) != payload or requester.get(p, payload) != source.get(p))
+        if differ or len(source) != case.profile["parents"]:
+            first = differ[0] if differ else None
+            problems.append((f"source {label}: parents {differ[:MAX_PROBLEMS_SHOWN]} served/received "
+                             f"{source.get(first)!r} B where the requester completed {requester.get(first)!r} B "
+                             f"of {payload} ({len(source)} parents listed)", f"{where}.parents"))
     return problems

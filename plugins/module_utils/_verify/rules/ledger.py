@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import each_ledger, rounds
 
 
@@ -53,7 +55,8 @@ def check_identity(case):
 
 
 @rule("ledger.exit", "ledger",
-      "each runner ran to its end (exit 0, or 1 with its failed check recorded)",
+      "each runner ran to its end (exit 0, or 1 with its failed check recorded); installed-restart: every nonfinal "
+      "generation's ledger ends idle at its restart point",
       witness=("runner",))
 def check_exit(case):
     """Each runner ran to its end. Exit 1 ("a check of mine failed") is accepted only when the
@@ -61,6 +64,13 @@ def check_exit(case):
     problems = []
     for role, generation, ledger, path in each_ledger(case):
         status, code = ledger["status"], ledger.get("exit_code")
+        if lifecycle.ends_idle(case.profile, generation):
+            # installed-restart: a nonfinal generation's ledger ends at its restart point (the process
+            # was then killed, or lived on into the next generation's ledger).
+            if (status, code) != ("idle", None):
+                problems.append((f"{role} g{generation}: status {status!r}, exit code {code!r} (expected 'idle', "
+                                 "None: the generation's restart point)", path))
+            continue
         explained = status == "failed" and code == 1 and _recorded_check_failures(ledger) > 0
         if (status, code) != ("complete", 0) and not explained:
             problems.append(
@@ -192,15 +202,27 @@ def check_drained(case):
     return problems
 
 
-@rule("ledger.errors", "ledger", "no typed error that the mode does not provoke", witness=("runner",))
+@applies("modes whose provoked errors are modelled")
+def errors_modelled(profile, _workload):
+    # A mode whose faults are not modelled yet fails by name instead (case.mode_unverified).
+    return model.provoked_errors(profile) is not None
+
+
+@rule("ledger.errors", "ledger", "no typed error but those the mode provokes (the profile model's list)",
+      witness=("profile",), applies=errors_modelled)
 def check_typed_errors(case):
+    """Every typed error of the ledger (top level and per round) must be one the profile model says
+    the mode provokes; the runner's `expected` flag excuses nothing (a faulty engine sets it)."""
     problems = []
+    provoked = model.provoked_errors(case.profile)
     for role, generation, ledger, path in each_ledger(case):
         errors = [(e, f"{path}#errors") for e in ledger["errors"]]
         for index, rnd in enumerate(ledger["rounds"]):
             errors += [(e, f"{path}#rounds[{index}].errors") for e in rnd["errors"]]
         for error, where in errors:
-            if not (isinstance(error, dict) and error.get("expected") is True):
-                name = error.get("error") if isinstance(error, dict) else error
-                problems.append((f"{role} g{generation}: unexpected typed error {name!r}", where))
+            name = (error.get("error"), error.get("operation")) if isinstance(error, dict) else (error, None)
+            if name not in provoked:
+                flag = error.get("expected") if isinstance(error, dict) else None
+                problems.append((f"{role} g{generation}: typed error {name[0]!r} in {name[1]!r} (marked expected="
+                                 f"{flag!r}), which mode {case.profile['mode']} does not provoke", where))
     return problems

@@ -38,34 +38,40 @@ def check_qp_bound(case):
     return problems
 
 
-@rule("qps.reuse", "qps", "QPs created once in round 1 and reused after", witness=("runner",))
+@rule("qps.reuse", "qps",
+      "rails x num_lanes QPs per peer, created once in round 1 and reused after; every WR on one of them",
+      witness=("profile",), after=("qps.bound",))
 def check_qp_reuse(case):
+    """The derived QPs (enabled rails x num_lanes) are created in round 1, none later, and reused
+    in rounds 2 and 3: the ledger's QP list and its per-round counts are held to that figure, not
+    to each other (a ledger that lists an extra QP also counts it)."""
     problems = []
+    want = case.workload["qp_bound_per_peer_operation"]
     for role, generation, ledger, path in each_ledger(case):
-        live = {qp["qpn"] for qp in ledger["qps"] if qp["created_round"] == 1}
+        first = [qp["qpn"] for qp in ledger["qps"] if qp["created_round"] == 1]
         late = [qp["qpn"] for qp in ledger["qps"] if qp["created_round"] != 1]
-        if late:
-            problems.append(
-                (f"{role} g{generation}: QPs created after round 1: {late[:MAX_PROBLEMS_SHOWN]}", f"{path}#qps")
-            )
+        if late or len(first) != want:
+            problems.append((f"{role} g{generation}: {len(first)} QPs created in round 1 (expected {want}), "
+                             f"created later: {late[:MAX_PROBLEMS_SHOWN]}", f"{path}#qps"))
+        live = set(first)
         for index, rnd in enumerate(ledger["rounds"]):
-            created_here = 0 if rnd["round"] > 1 else len(live)
-            if rnd["qps_created"] != created_here or (rnd["round"] > 1 and rnd["qps_reused"] != len(live)):
+            created, reused = (want, 0) if rnd["round"] == 1 else (0, want)
+            if (rnd["qps_created"], rnd["qps_reused"]) != (created, reused):
                 problems.append(
                     (
                         f"{role} g{generation} round {rnd['round']}: {rnd['qps_created']} QPs created, "
-                        f"{rnd['qps_reused']} reused (expected {created_here} created"
-                        f"{f', {len(live)} reused' if rnd['round'] > 1 else ''})",
+                        f"{rnd['qps_reused']} reused (expected {created} created, {reused} reused)",
                         f"{path}#rounds[{index}]",
                     )
                 )
-            stray = sorted({wr["qpn"] for wr in rnd["wrs"]} - live)
+            used = {wr["qpn"] for wr in rnd["wrs"]} | {p["qpn"] for p in rnd["parents"] if "qpn" in p}
+            stray = sorted(used - live, key=str)
             if stray:
                 problems.append(
                     (
-                        f"{role} g{generation} round {rnd['round']}: WRs on QPs not created once in "
+                        f"{role} g{generation} round {rnd['round']}: parents or WRs on QPs not created once in "
                         f"round 1: {stray[:MAX_PROBLEMS_SHOWN]}",
-                        f"{path}#rounds[{index}].wrs",
+                        f"{path}#rounds[{index}]",
                     )
                 )
     return problems
@@ -91,4 +97,43 @@ def check_sq_depth(case):
                             f"{path}#rounds[{index}].qp_usage",
                         )
                     )
+    return problems
+
+
+@rule("qps.peers", "qps",
+      "every QP is connected to exactly one QP of the peer, of the same rail, lane and operation, as the peer "
+      "lists it; each parent on the peer QP of the requester's",
+      witness=("peer",), after=("ledger.rounds", "qps.bound", "qps.reuse"))
+def check_qp_peers(case):
+    """Each peer lists its own side of every connection (docs/receipts.md 1.5): the requester's
+    QPs and the source's pair one to one by qpn/peer_qpn, on the same rail, lane and operation,
+    and the source's parents sit on the peer of the requester parent's QP."""
+    problems = []
+    for generation in case.generations():
+        requester, source = case.ledger("requester", generation), case.ledger("source", generation)
+        path = case.ledger_path("source", generation)
+        mine = {qp["qpn"]: qp for qp in requester["qps"]}
+        theirs = {qp["qpn"]: qp for qp in source["qps"]}
+        unpaired = []
+        for qpn, qp in mine.items():
+            peer = theirs.get(qp.get("peer_qpn"))
+            same = peer is not None and peer.get("peer_qpn") == qpn and all(
+                peer.get(k) == qp.get(k) for k in ("rail", "lane", "operation"))
+            if not same:
+                unpaired.append(qpn)
+        paired = {qp.get("peer_qpn") for qp in mine.values()}
+        unpaired += [f"source {qpn}" for qpn in theirs if qpn not in paired]
+        if unpaired or len(mine) != len(theirs):
+            problems.append((f"g{generation}: {len(mine)} requester QPs and {len(theirs)} source QPs; not paired one "
+                             f"to one on the same rail, lane and operation: {unpaired[:MAX_PROBLEMS_SHOWN]}",
+                             f"{path}#qps"))
+            continue
+        peer_of = {qpn: qp.get("peer_qpn") for qpn, qp in mine.items()}
+        for index, rnd in enumerate(source["rounds"]):
+            mates = [r for r in requester["rounds"] if r["round"] == rnd["round"]]
+            wanted = {p["parent"]: peer_of.get(p.get("qpn")) for p in (mates[0]["parents"] if mates else [])}
+            wrong = [p["parent"] for p in rnd["parents"] if wanted.get(p["parent"]) != p.get("qpn")]
+            if wrong:
+                problems.append((f"g{generation} round {rnd['round']}: source parents {wrong[:MAX_PROBLEMS_SHOWN]} "
+                                 "are not on the peer of the requester's QP", f"{path}#rounds[{index}].parents"))
     return problems

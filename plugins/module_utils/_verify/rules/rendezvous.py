@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""Rendezvous rules: control only on the rendezvous, the payload on the data path."""
+"""Rendezvous rules: control only on the rendezvous, the payload moved by the verbs provider."""
 
 from __future__ import annotations
 
@@ -12,10 +12,17 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
 # any profile that could hide payload in it, and far above what the control protocol needs.
 RENDEZVOUS_BASE_BUDGET = 64 * 1024
 RENDEZVOUS_PER_PARENT_BUDGET = 2 * 1024
+# The provider's own byte counter of each role, per operation (docs/receipts.md section 1.6).
+PROVIDER_BYTES = {
+    ("requester", "read"): "read_bytes_landed",
+    ("source", "read"): "read_bytes_served",
+    ("requester", "write"): "write_bytes_sent",
+    ("source", "write"): "write_bytes_landed",
+}
 
 
 @rule("rendezvous.no_payload", "rendezvous",
-      "rendezvous carried control only; payload went on the data path",
+      "rendezvous carried control only; the verbs provider moved the payload",
       witness=("profile",))
 def check_rendezvous(case):
     problems = []
@@ -31,19 +38,14 @@ def check_rendezvous(case):
                     f"{where}.rendezvous",
                 )
             )
-        if role == "requester":
-            channel = rnd["data_channel"]
-            moved = (
-                channel["payload_bytes_received"]
-                if case.profile["operation"] == "read"
-                else channel["payload_bytes_sent"]
-            )
-            if moved != expected:
-                problems.append(
-                    (
-                        f"g{generation} round {rnd['round']}: {moved} payload B on the data channel, "
-                        f"expected {expected}",
-                        f"{where}.data_channel",
-                    )
+        counter = PROVIDER_BYTES[(role, case.profile["operation"])]
+        moved = rnd["provider"][counter]
+        if moved != expected:
+            problems.append(
+                (
+                    f"{role} g{generation} round {rnd['round']}: the verbs provider's {counter} is {moved} B, "
+                    f"expected {expected}",
+                    f"{where}.provider",
                 )
+            )
     return problems

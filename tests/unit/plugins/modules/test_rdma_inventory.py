@@ -196,4 +196,4 @@ def test_module_through_ansible_playbook(tmp_path, sim_root, ansible_env, repo_r
     assert results["diff"] == []
     assert results["expect"]["candidates"] == ["mlx5_0", "mlx5_1"]
     assert results["expect"]["strict_gid_pin"]["expected"] == "Unavailable"
-    assert results["ip"] == "198.51.100.10"
+    assert results["ip"] == "127.51.100.10"

@@ -122,3 +122,41 @@ def test_names_break_the_grammar_before_anything_is_written(tmp_path, supervisor
     assert result["failed"] is True and result["code"] == "bad_input", result
     assert "must be 1..64 ASCII letters" in result["msg"]
     assert not (tmp_path / "out").exists() and SupervisorClient(supervisor).status()["children"] == []
+
+
+def _sha256(path):
+    import hashlib
+
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_the_runner_script_and_the_case_file_are_pinned_and_journaled(tmp_path, supervisor, fake_runner):
+    """runner_sha256 pins the last element of runner_argv (here the script an interpreter runs, as the
+    simulated runner's zipapp is); the case file is handed over pinned too and journaled whole, with the
+    verbs library it names."""
+    library = tmp_path / "libibverbs.so.1"
+    library.write_bytes(b"\x7fELF not really")
+    args = _source_args(tmp_path, supervisor, fake_runner, runner_argv=[sys.executable, fake_runner],
+                        runner_sha256=_sha256(fake_runner), env={"ORBITE_TEST_READY": "ok"},
+                        verbs_library={"path": str(library), "sha256": _sha256(library)})
+    result = run_module(tmp_path, **args)
+    assert result.get("failed") is not True, result
+    pinned = {p["what"]: p for p in result["child"]["pinned"]}
+    assert pinned["argv[1]"]["sha256"] == _sha256(fake_runner)
+    assert pinned["argv[3]"]["json"]["verbs_library"] == {"path": str(library), "sha256": _sha256(library)}
+    case = (tmp_path / "out" / "case.json").read_text()
+    assert '"verbs_library"' in case
+
+
+@pytest.mark.parametrize("what", ["runner", "verbs_library"])
+def test_a_runner_or_verbs_library_that_is_not_its_pin_never_runs(tmp_path, supervisor, fake_runner, what):
+    library = tmp_path / "libibverbs.so.1"
+    library.write_bytes(b"\x7fELF not really")
+    wrong = "0" * 64
+    args = _source_args(tmp_path, supervisor, fake_runner, runner_argv=[sys.executable, fake_runner],
+                        runner_sha256=wrong if what == "runner" else _sha256(fake_runner),
+                        verbs_library={"path": str(library), "sha256": wrong if what == "verbs_library"
+                                       else _sha256(library)})
+    result = run_module(tmp_path, **args)
+    assert result["failed"] is True and result["code"] == "hash_mismatch", result
+    assert SupervisorClient(supervisor).status()["children"] == []

@@ -4,6 +4,7 @@ Its required_if used to be keyed on the action's value instead of the option nam
 never fired and a launch without argv reached the supervisor; these tests fail on that code.
 """
 
+import hashlib
 import os
 import sys
 
@@ -79,3 +80,25 @@ def test_launch_wait_and_signal_through_the_module(tmp_path, supervisor):
     killed = run_module(tmp_path, action="signal", child_id=child["child_id"], pid=child["pid"],
                         start_time=child["start_time"], **common)
     assert killed["child"]["running"] is False and killed["child"]["exit_signal_name"] == "SIGKILL"
+
+
+def test_launch_pins_argv_entries_given_as_yaml_text_keys(tmp_path, supervisor):
+    common = {"run_id": "run-1", "root": supervisor}
+    script = tmp_path / "runner.py"
+    script.write_text("import sys\nopen(sys.argv[2], 'w').write(open(sys.argv[1]).read())\n")
+    case = tmp_path / "case.json"
+    case.write_text('{"role": "source"}')
+    out = tmp_path / "out"
+    sha = hashlib.sha256(script.read_bytes()).hexdigest()
+    launched = run_module(tmp_path, action="launch", argv=[sys.executable, str(script), str(case), str(out)],
+                          argv_pins={"1": sha, "2": None}, record_json=[2], **common)
+    assert [(p["what"], p.get("json")) for p in launched["pinned"]] == [("argv[1]", None),
+                                                                      ("argv[2]", {"role": "source"})]
+    assert launched["pinned"][0]["sha256"] == sha and "pinned" not in launched["child"]
+    run_module(tmp_path, action="wait", child_id=launched["child"]["child_id"], timeout=20, **common)
+    assert out.read_text() == '{"role": "source"}'
+    bad = run_module(tmp_path, action="launch", argv=[sys.executable, str(script)], argv_pins={"one": None}, **common)
+    assert bad["failed"] is True and "argv_pins key 'one': must be an argv index" in bad["msg"]
+    mismatch = run_module(tmp_path, action="launch", argv=[sys.executable, str(script)], argv_pins={"1": "0" * 64},
+                          **common)
+    assert mismatch["failed"] is True and mismatch["error"] == "hash_mismatch"

@@ -37,7 +37,7 @@ def test_sim_host_expectations(sim):
     assert exp["candidates"] == ["mlx5_0", "mlx5_1"]
     assert exp["nic_ids"] == {"mlx5_0": 0, "mlx5_1": 1}
     assert exp["filter"]["applied"] == "whitelist" and exp["filter"]["blacklist_ignored"] is True
-    for name, ipv4 in (("mlx5_0", "198.51.100.10"), ("mlx5_1", "198.51.100.11")):
+    for name, ipv4 in (("mlx5_0", "127.51.100.10"), ("mlx5_1", "127.51.100.11")):
         rnic = exp["rnics"][name]
         assert rnic["active_ethernet_ports"] == ["1"]
         assert [c["index"] for c in rnic["roce_v2_candidates"]] == [3, 1]  # IPv4-mapped first

@@ -111,10 +111,10 @@ def test_sim_host_inventory_fields(sim_root):
     v2 = port["gids"][3]
     assert v2 == {
         "index": 3,
-        "gid": "0000:0000:0000:0000:0000:ffff:c633:640b",
+        "gid": "0000:0000:0000:0000:0000:ffff:7f33:640b",
         "type": "RoCE v2",
         "ndev": "ens2f0",
-        "ipv4": "198.51.100.11",
+        "ipv4": "127.51.100.11",
         "ipv6_kind": "ipv4-mapped",
     }
     assert port["gids"][0]["ipv6_kind"] == "link-local" and port["gids"][0]["ipv4"] is None

@@ -96,3 +96,93 @@ def test_a_run_json_that_is_a_fifo_is_refused_not_a_hang(tmp_path):
     run = bounded.run_bounded(_PLAN_IN_CHILD, timeout=20, args=[tmp_path])
     assert not run.hung and run.returncode == 0, run.explain()
     assert "run.json exists but cannot be read" in run.result and "is a FIFO" in run.result
+
+
+# --- the plan binds the run's identity (issue 12) ---------------------------------------------
+
+SHA = "a" * 64
+ARTIFACTS = {"runner": {"kind": "sim", "path": "/runs/r/orbite-sim-runner.pyz", "sha256": SHA},
+             "verbs_library": {"path": "/build/provider/libibverbs.so.1", "sha256": "b" * 64},
+             "observers": {"accounting": {"path": "/build/liborbite_accounting.so", "sha256": "c" * 64}}}
+
+
+def test_the_plan_names_profiles_hosts_ids_defects_and_artifacts(tmp_path):
+    write_plan(str(tmp_path), "run-1", [{"id": "ra", "profile": PROFILE}], runner_kind="sim",
+               defects=["corrupt_byte"], artifacts=ARTIFACTS)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["profiles"] == {"ra": PROFILE} and run["hosts"] == {"ra": {"source": "sim-a", "requester": "sim-b"}}
+    assert (run["runner_kind"], run["defects"], run["artifacts"]) == ("sim", ["corrupt_byte"], ARTIFACTS)
+    case = json.loads((tmp_path / "cases" / "ra" / "case.json").read_text())
+    assert case["supervisor_run_id"] == "run-1-ra"
+    assert case["registrations"] == {"source": "run-1-ra-source", "requester": "run-1-ra-requester"}
+
+
+def test_artifacts_are_optional_and_an_absent_verbs_library_is_null(tmp_path):
+    write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}])
+    assert "artifacts" not in json.loads((tmp_path / "run.json").read_text())
+    write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}], artifacts={"runner": ARTIFACTS["runner"]})
+    assert json.loads((tmp_path / "run.json").read_text())["artifacts"] == {
+        "runner": ARTIFACTS["runner"], "verbs_library": None, "observers": {}}
+
+
+def _with(path, value):
+    """ARTIFACTS with the entry at ``path`` (a tuple of keys) replaced, or removed for ``...``."""
+    artifacts = json.loads(json.dumps(ARTIFACTS))
+    node = artifacts
+    for key in path[:-1]:
+        node = node[key]
+    if value is ...:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return artifacts
+
+
+@pytest.mark.parametrize(("artifacts", "message"), [
+    ("x", r"artifacts='x': must be a mapping"),
+    (_with(("binary",), {}), r"artifacts.binary: is not a field"),
+    (_with(("runner",), ...), r"artifacts.runner=None: must be a mapping of kind, path, sha256"),
+    (_with(("runner", "kind"), "native"), r"artifacts.runner.kind='native': must be the run's runner_kind 'sim'"),
+    (_with(("runner", "sha256"), "A" * 64), r"artifacts.runner.sha256='A{64}': must be 64 lowercase hex digits"),
+    (_with(("runner", "path"), "relative.pyz"), r"artifacts.runner.path='relative.pyz': must be an absolute path"),
+    (_with(("runner", "size"), 3), r"artifacts.runner.size: is not a field"),
+    (_with(("verbs_library", "sha256"), ...), r"artifacts.verbs_library.sha256: is required"),
+    (_with(("observers",), []), r"artifacts.observers=\[\]: must be a mapping of observer tool"),
+    (_with(("observers", "../x"), {"path": "/x", "sha256": SHA}), r"artifacts.observers key '../x': must be"),
+    (_with(("observers", "accounting", "path"), None), r"artifacts.observers.accounting.path: is required"),
+])
+def test_bad_artifacts_are_named(tmp_path, artifacts, message):
+    with pytest.raises(RunPlanError, match=message):
+        write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}], artifacts=artifacts)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"runner_kind": "emulated"}, r"runner_kind='emulated': must be one of sim, native"),
+    ({"defects": "corrupt_byte"}, r"defects='corrupt_byte': must be a list"),
+    ({"defects": ["ok", "no such/switch"]}, r"defects\[1\]='no such/switch': must be"),
+])
+def test_bad_runner_kind_and_defects_are_named(tmp_path, options, message):
+    with pytest.raises(RunPlanError, match=message):
+        write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}], **options)
+
+
+def test_ids_too_long_for_the_nodes_are_refused_at_plan_time(tmp_path):
+    with pytest.raises(RunPlanError, match=r"cases\[0\].id='c{40}': the ID 'r{20}-c{40}-source' \(run_id-case_id"):
+        write_plan(str(tmp_path), "r" * 20, [{"id": "c" * 40, "profile": PROFILE}])
+
+
+def test_the_module_checks_artifacts_like_the_plan(tmp_path):
+    from helpers.modules import run_module
+
+    base = {"run_dir": str(tmp_path / "run"), "run_id": "run-1", "cases": [{"id": "a", "profile": PROFILE}]}
+    result = run_module("run_plan", tmp_path, dict(base, artifacts=ARTIFACTS))
+    assert result["changed"] is True and result["cases"] == {
+        "a": {"supervisor_run_id": "run-1-a", "registrations": {"source": "run-1-a-source",
+                                                                 "requester": "run-1-a-requester"}}}
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["artifacts"] == ARTIFACTS
+    unknown = run_module("run_plan", tmp_path, dict(base, artifacts=_with(("runner", "size"), 3)))
+    assert unknown["failed"] is True and "size" in unknown["msg"]
+    bad = run_module("run_plan", tmp_path, dict(base, artifacts=_with(("observers", "accounting", "sha256"), "x")))
+    assert bad["failed"] is True and bad["code"] == "run_plan.invalid"
+    assert "artifacts.observers.accounting.sha256='x': must be 64 lowercase hex digits" in bad["msg"]

@@ -57,7 +57,7 @@ def test_sim_host_gid_table_is_roce_v1_v2_pairs(sim_root):
     assert types == ["IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"]
     assert gids[0] == gids[1] and ipaddress.IPv6Address(gids[0]).is_link_local
     assert gids[2] == gids[3]
-    assert ipaddress.IPv6Address(gids[2]).ipv4_mapped == ipaddress.IPv4Address("198.51.100.10")
+    assert ipaddress.IPv6Address(gids[2]).ipv4_mapped == ipaddress.IPv4Address("127.51.100.10")
     assert gids[4] == fs.ZERO_GID
     assert len(os.listdir(os.path.join(sim_root, port, "gids"))) == 256
     assert _read(sim_root, port + "/gid_attrs/ndevs/3") == "ens1f0"

@@ -185,7 +185,7 @@ def test_rails_match_the_tree_and_inventories_sim(shared_lab):
             port = Path(host["root"], "sys/class/infiniband", rail["device"], "ports", str(rail["port"]))
             assert _read(port / "gid_attrs/types" / str(rail["gid_index"])) == "RoCE v2"
             gid = ipaddress.IPv6Address(_read(port / "gids" / str(rail["gid_index"])))
-            assert gid.ipv4_mapped in ipaddress.IPv4Network("198.51.100.0/24")
+            assert gid.ipv4_mapped in ipaddress.IPv4Network("127.51.100.0/24")
         address = host_vars["orbite_service_address"]
         assert address.startswith("127.0.0.") and address.endswith(":7471")
     services = [

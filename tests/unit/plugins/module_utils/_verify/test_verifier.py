@@ -12,6 +12,8 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import pytest
+from helpers import observer_log
+from helpers.consistent_defects import DEFECTS as CONSISTENT_DEFECTS
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import reading, rules
@@ -37,13 +39,15 @@ def healthy(tmp_path_factory):
 
 
 def _plan(run_dir, cases, **extra):
-    (run_dir / "run.json").write_text(json.dumps({"schema": "orbite.run", "version": 1, "run_id": "t",
-                                                  "cases": cases, **extra}))
+    """The healthy run's plan (copied by _copy_case; the identity rules hold receipts against it) for ``cases``."""
+    plan = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps(dict(plan, cases=cases, **extra)))
 
 
 def _copy_case(healthy, tmp_path, case_id):
     run_dir = tmp_path / "run"
     shutil.copytree(healthy / "cases" / case_id, run_dir / "cases" / case_id)
+    shutil.copy(healthy / "run.json", run_dir / "run.json")
     _plan(run_dir, [case_id])
     return run_dir, run_dir / "cases" / case_id
 
@@ -71,7 +75,8 @@ def test_healthy_run_passes_every_rule(healthy, tmp_path):
     statuses = {f["status"] for case in verdict["cases"] for f in case["findings"] + verdict["run_findings"]}
     assert statuses == {"PASS"}
     codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
-    assert {r.code for r in rules.RULES} <= codes  # the discovery rail-accounting case runs every rule
+    # The discovery rail-accounting case runs every rule but installed-restart's (tests/unit/sim/test_sim_restart.py).
+    assert {r.code for r in rules.RULES if r.group != "restart"} <= codes
     assert json.loads((tmp_path / "verdict.json").read_text())["verdict"] == "PASS"
     junit = ET.parse(tmp_path / "verdict.xml").getroot()
     assert (junit.tag, junit.get("failures"), junit.get("skipped")) == ("testsuites", "0", "0")
@@ -125,7 +130,6 @@ DEFECTS = [
     ("mr_one_context", dict(SMALL_HOST, mask=2), "mrs.persistent"),
     ("payload_over_rendezvous", SMALL_HOST, "rendezvous.no_payload"),
     ("wrong_slicing", RAIL_ACCOUNTING, "counters.slicing"),
-    ("drop_observer_completion", RAIL_ACCOUNTING, "accounting.join"),
     ("stale_input", RAIL_ACCOUNTING, "ledger.fresh_input"),
     ("exceed_sq_depth", RAIL_ACCOUNTING, "qps.sq_depth"),
     ("single_rail", RAIL_ACCOUNTING, "counters.rails"),
@@ -139,7 +143,7 @@ DEFECTS = [
 def test_defect_switch_fails_exactly_its_rule(tmp_path, defect, profile, code):
     run_dir = tmp_path / "run"
     run_pair(run_dir, "case", profile, defects=[defect])
-    assert _failed(run_dir) == [code]
+    assert _failed(run_dir) == ["run.diagnostic", code]  # a run with a defect switch is diagnostic, never a PASS
 
 
 # --- red checks by mutating one receipt -------------------------------------------------------
@@ -161,6 +165,13 @@ def _completions_last(lines):
     """Every completion after every post: all WRs in flight at once, as the log tells it."""
     header, *events, summary = lines
     return [header, *[e for e in events if e["ev"] != "cqe"], *[e for e in events if e["ev"] == "cqe"], summary]
+
+
+def _lead_guard_changed(events):
+    """The observer saw parent 1's leading guard change while its first range landed (round 1)."""
+    first = next(e for e in events if e.get("ev") == "data" and e["off"] == 1 * (4194305 + 8192) + 4096)
+    first["flags"] |= 1
+    return events
 
 
 def _swap_dev(lines):
@@ -259,6 +270,12 @@ MUTATIONS = {
         for line in lines])),
     "accounting.native_bytes": ("ra", lambda d: _edit_lines(_observer_log(d), _swap_dev)),
     "accounting.sq_depth": ("ra", lambda d: _edit_lines(_observer_log(d), _completions_last)),
+    "digests.coverage": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda events: [
+        e for e in events if not (e.get("ev") == "data" and e["wr_id"] == 7)])),
+    "digests.content": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda events: [
+        dict(e, sha256=f"{int(e['sha256'], 16) ^ 1:064x}") if e.get("ev") == "data" and e["wr_id"] == 7 else e
+        for e in events])),
+    "digests.guards": ("ra", lambda d: observer_log.edit(_observer_log(d), _lead_guard_changed)),
     "case.mode_unverified": ("ih", lambda d: _edit_json(d / "case.json", lambda x: x["profile"].update(
         mode="installed-inflight-dma", parents=1, payload=65536, block=65536, num_lanes=1, mask=1,
         operation="write", rdma_events=True))),
@@ -308,6 +325,12 @@ def test_every_registered_code_has_a_red_check():
     # run.incomplete by test_a_partial_run_is_incomplete (and tests/.../test_fail_closed.py).
     # verdict.unwritable by test_fail_closed.py (a full output disk).
     elsewhere = {"accounting.exact_counts", "accounting.both_rails", "run.incomplete", "verdict.unwritable"}
+    # identity.* and run.diagnostic: consistent defects in test_identity.py (which sweeps its codes).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("identity.")} | {"run.diagnostic"}
+    # Codes red-checked by a consistent defect (test_consistent_defects.py).
+    elsewhere |= {defect.code for defect in CONSISTENT_DEFECTS.values()}
+    # restart.*: restart defect switches and edited restart receipts (tests/unit/sim/test_sim_restart.py).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("restart.")}
     assert set(RECEIPT_CODES) <= set(MUTATIONS)
     assert set(REGISTRY.codes()) - (by_defect | set(MUTATIONS) | elsewhere) == set()
 

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""The seeded content of a round, recomputed by the verifier from docs/content.md alone.
+
+The verifier shares no code with any runner: this is an implementation of its own of the document's
+formula (tests/unit/plugins/module_utils/_verify/test_content.py holds it to the document's worked
+example). Only what the digest rule needs: the arena layout and the expected SHA-256 of any range of
+a parent's payload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+GUARD_BYTES = 4096  # G: guard before and after every parent's payload
+PARENT_SHIFT = 8  # offset between two parents' windows of the round stream
+_DOMAIN = b"orbite-sim-input"
+
+
+def region_stride(payload):
+    """S = G + L + G: the bytes one parent's region takes in the arena."""
+    return payload + 2 * GUARD_BYTES
+
+
+def payload_offset(parent, payload):
+    """O(p): offset of parent p's payload from the start of the data MR."""
+    return parent * region_stride(payload) + GUARD_BYTES
+
+
+def arena_bytes(parents, payload):
+    return parents * region_stride(payload)
+
+
+class RoundContent:
+    """The payload of every parent for one round's seed: T(s), one SHAKE128 stream, parent p's
+    payload being the window T[8p : 8p + L]."""
+
+    def __init__(self, seed, parents, payload):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:  # a bool is no seed
+            raise ValueError(f"seed={seed!r}: not a 64-bit unsigned integer")
+        self.payload = payload
+        length = payload + PARENT_SHIFT * (parents - 1)
+        self._stream = memoryview(hashlib.shake_128(_DOMAIN + seed.to_bytes(8, "little")).digest(length))
+
+    def payload_of(self, parent):
+        start = PARENT_SHIFT * parent
+        return self._stream[start:start + self.payload]
+
+    def digest(self, parent, start, length):
+        """SHA-256 of parent's payload bytes [start, start + length)."""
+        base = PARENT_SHIFT * parent + start
+        return hashlib.sha256(self._stream[base:base + length]).digest()

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Which process each (role, generation) ledger is, and how it must end, from the profile alone.
+
+Every mode but installed-restart runs one process per role and generation, each ending at its own
+exit. In installed-restart (docs/restart.md) the survivor (the role that is not ``fault_role``) is
+one process started in generation 1 and living through every generation; the fault role is a new
+process per generation, and each of them but the last is SIGKILLed by its supervisor at the
+generation's restart point. The ledger of every nonfinal generation is written at that point
+(status ``idle``); only the last generation's ledgers record an exit and a teardown.
+"""
+
+from __future__ import annotations
+
+RESTART_MODE = "installed-restart"
+SIGKILL = 9
+
+
+def restart_roles(profile):
+    """(fault role, survivor role) of an installed-restart profile, else None."""
+    if profile.get("mode") != RESTART_MODE:
+        return None
+    fault = profile["fault_role"]
+    return fault, ("requester" if fault == "source" else "source")
+
+
+def generations(profile):
+    return profile.get("generations", 1) if restart_roles(profile) else 1
+
+
+def process_generation(profile, role, generation):
+    """The generation whose runner start serves ``role`` in ``generation`` (the survivor's: 1)."""
+    roles = restart_roles(profile)
+    return 1 if roles is not None and role == roles[1] else generation
+
+
+def ends_idle(profile, generation):
+    """True when the ledgers of ``generation`` end at a restart point (status idle, no exit, no teardown)."""
+    return restart_roles(profile) is not None and generation < generations(profile)
+
+
+def killed(profile, role, generation):
+    """True when the runner of (role, generation) is to be SIGKILLed at the generation's restart point."""
+    roles = restart_roles(profile)
+    return roles is not None and role == roles[0] and generation < generations(profile)
+
+
+def expected_kills(profile):
+    """[(role, generation)] of the runners the supervisors must SIGKILL, in order."""
+    roles = restart_roles(profile)
+    return [(roles[0], g) for g in range(1, generations(profile))] if roles else []

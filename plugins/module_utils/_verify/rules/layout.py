@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Layout rules: the regions, guards and MRs of both peers, against the documented layout.
+
+docs/runner-contract.md §2 and docs/receipts.md 1.6: one data MR per context over the arena of
+parents x (guard + payload + guard) bytes, parent p's payload at p x (payload + 2 x guard) + guard,
+4 KiB guards on each side (the profile model's GUARD_BYTES), and one 4 KiB ctrl MR. The ledger's
+own `workload.guard_bytes`/`region_stride` are the runner's configuration: never the expectation.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
+    MAX_PROBLEMS_SHOWN,
+    each_ledger,
+)
+
+CTRL_MR_BYTES = 4096  # docs/runner-contract.md §4 step 2
+
+
+@rule("layout.regions", "layout",
+      f"every parent's region at its documented offset with {model.GUARD_BYTES} B guards on each side, "
+      f"in data MRs of the documented arena and {CTRL_MR_BYTES} B ctrl MRs (both peers)",
+      witness=("profile",))
+def check_regions(case):
+    problems = []
+    payload, parents = case.profile["payload"], case.profile["parents"]
+    arena = model.backing_per_peer(parents, payload)
+    sizes = {"data": arena, "ctrl": CTRL_MR_BYTES}
+    for role, generation, ledger, path in each_ledger(case):
+        label = f"{role} g{generation}"
+        wrong_mrs = [(mr.get("mr"), mr["kind"], mr.get("length")) for context in ledger["contexts"]
+                     for mr in context["mrs"] if mr.get("length") != sizes.get(mr["kind"])]
+        if wrong_mrs:
+            problems.append((f"{label}: MRs (name, kind, length) {wrong_mrs[:MAX_PROBLEMS_SHOWN]}; the documented "
+                             f"data arena is {arena} B ({parents} x ({model.GUARD_BYTES} + {payload} + "
+                             f"{model.GUARD_BYTES})), ctrl {CTRL_MR_BYTES} B", f"{path}#contexts"))
+        for index, rnd in enumerate(ledger["rounds"]):
+            where = f"{path}#rounds[{index}].parents"
+            misplaced = [(p["parent"], p.get("region_offset"), model.region_offset(p["parent"], payload))
+                         for p in rnd["parents"] if p.get("region_offset") != model.region_offset(p["parent"], payload)]
+            guards = sorted({p["guard_check"].get("guard_bytes") for p in rnd["parents"]
+                             if isinstance(p.get("guard_check"), dict)} - {model.GUARD_BYTES}, key=str)
+            if misplaced or guards:
+                problems.append((f"{label} round {rnd['round']}: regions (parent, offset, documented) "
+                                 f"{misplaced[:MAX_PROBLEMS_SHOWN]}, guards of {guards} B checked instead of "
+                                 f"{model.GUARD_BYTES} B", where))
+                break
+    return problems

@@ -1,0 +1,289 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""installed-restart rules (seed 000, "Peer restart with a surviving engine"; docs/restart.md).
+
+Each generation runs three rounds and drains with its cached QPs and four persistent MRs live (its
+restart point); then the fault role's supervisor SIGKILLs and reaps that one runner, and a
+replacement starts with the same service address and registration ID and a fresh epoch. The
+survivor keeps its pid, engine, epoch, registration and MRs, and every earlier epoch of its peer
+must fail ``open_segment`` and a submission with EpochMismatch, with no effect at all.
+
+What is checked where: the kills and exit statuses against the profile are journal.children's, the
+pid of each generation identity.processes', a fresh epoch per process identity.epochs', at most
+rails x lanes new QPs per generation qps.reuse's (each generation has a ledger of its own). The
+rules here hold the rest against the journals, the peer's ledgers and the profile model.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES
+
+MRS_PER_CONTEXT = 2  # a data MR and a ctrl MR per context: four persistent MRs per peer
+PROBED = ("open_segment", "submit")
+
+
+@applies("installed-restart")
+def restart_mode(profile, _workload):
+    return lifecycle.restart_roles(profile) is not None
+
+
+def _restart(ledger):
+    section = ledger.get("restart")
+    return section if isinstance(section, dict) else {}
+
+
+def _journal_events(case, role, name):
+    return [e for e in case.journals[role].data["events"] if e.get("ev") == name]
+
+
+def _output_generation(event):
+    argv = event.get("argv")
+    if not isinstance(argv, list) or "--output" not in argv or argv.index("--output") + 1 >= len(argv):
+        return None
+    name = os.path.basename(os.path.normpath(str(argv[argv.index("--output") + 1])))
+    return int(name[1:]) if name[:1] == "g" and name[1:].isdigit() else None
+
+
+def _told(start):
+    """The case file the supervisor journaled for a runner start (``child_start`` ``pinned`` json), or {}."""
+    argv = start.get("argv") or []
+    index = argv.index("--case") + 1 if "--case" in argv else None
+    for pin in start.get("pinned") or []:
+        if isinstance(pin, dict) and pin.get("what") == f"argv[{index}]" and isinstance(pin.get("json"), dict):
+            return pin["json"]
+    return {}
+
+
+@rule("restart.restart_point", "restart",
+      "each nonfinal generation of both peers ends at its restart point: three rounds drained, its rails x lanes "
+      "cached QPs and four persistent MRs still live (also in the verbs provider's own count)",
+      witness=("profile", "runner"), applies=restart_mode)
+def check_restart_point(case):
+    problems = []
+    bound = case.workload["qp_bound_per_peer_operation"]
+    mrs = MRS_PER_CONTEXT * model.RAIL_COUNT
+    for generation in case.generations():
+        if not lifecycle.ends_idle(case.profile, generation):
+            continue
+        for role in ROLES:
+            ledger, path = case.ledger(role, generation), case.ledger_path(role, generation)
+            point = _restart(ledger).get("restart_point")
+            if not isinstance(point, dict):
+                problems.append((f"{role} g{generation}: no restart point recorded", f"{path}#restart"))
+                continue
+            cached = sorted(q["qpn"] for q in ledger["qps"] if q.get("destroyed_round") is None)
+            live_mrs = sum(1 for c in ledger["contexts"] for m in c["mrs"] if m.get("live") is True)
+            held = point.get("provider_held") if isinstance(point.get("provider_held"), dict) else {}
+            found = {"cached QPs": len(cached), "QPs live at the point": len(point.get("qps_live") or []),
+                     "live MRs": live_mrs, "provider QPs": held.get("qp"), "provider MRs": held.get("mr"),
+                     "rounds": len(ledger["rounds"])}
+            wanted = {"cached QPs": bound, "QPs live at the point": bound, "live MRs": mrs, "provider QPs": bound,
+                      "provider MRs": mrs, "rounds": case.workload["rounds_per_generation"]}
+            wrong = {k: v for k, v in found.items() if v != wanted[k]}
+            if wrong or sorted(point.get("qps_live") or []) != cached:
+                problems.append((f"{role} g{generation}: at the restart point {wrong or found} (expected "
+                                 f"{ {k: wanted[k] for k in (wrong or wanted)} }, the ledger's live QPs "
+                                 f"{cached[:4]})", f"{path}#restart.restart_point"))
+    return problems
+
+
+@rule("restart.kill_point", "restart",
+      "each kill came at the documented point: after the killed runner's restart point, naming the pid and start "
+      "time the supervisor started it with, and its replacement started only after it was reaped",
+      witness=("journal",), needs=("ledgers", "journals"), applies=restart_mode)
+def check_kill_point(case):
+    problems = []
+    for role, generation in lifecycle.expected_kills(case.profile):
+        path = case.journals[role].path
+        events = case.journals[role].data["events"]
+        starts = {_output_generation(e): e for e in events if e.get("ev") == "child_start"}
+        start, after = starts.get(generation), starts.get(generation + 1)
+        if start is None or after is None:
+            problems.append((f"{role} g{generation}: the journal has no start of this runner or of its replacement",
+                             path))
+            continue
+        pid = start.get("pid")
+        kills = [e for e in events if e.get("ev") == "signal" and e.get("pid") == pid]
+        exits = [e for e in events if e.get("ev") == "child_exit" and e.get("pid") == pid]
+        point = _restart(case.ledger(role, generation)).get("restart_point") or {}
+        if len(kills) != 1 or not exits:
+            problems.append((f"{role} g{generation}: pid {pid} signalled {len(kills)} time(s), reaped "
+                             f"{len(exits)} time(s) (expected one kill, reaped)", path))
+            continue
+        kill = kills[0]
+        if kill.get("start_time") != start.get("start_time"):
+            problems.append((f"{role} g{generation}: the kill named start time {kill.get('start_time')!r}, pid {pid} "
+                             f"started with {start.get('start_time')!r}", path))
+        at = point.get("at")
+        # Both times are this node's clock: the runner's restart point and its supervisor's kill.
+        if not isinstance(at, (int, float)) or not isinstance(kill.get("t"), (int, float)) or kill["t"] < at:
+            problems.append((f"{role} g{generation}: killed at {kill.get('t')!r}, its restart point is {at!r}: "
+                             "the kill must follow the generation's rounds and drain", path))
+        if not (kill.get("seq", -1) < exits[0].get("seq", -1) < after.get("seq", -1)):
+            problems.append((f"{role} g{generation}: the replacement (pid {after.get('pid')}) started before pid "
+                             f"{pid} was killed and reaped", path))
+    return problems
+
+
+@rule("restart.survivor", "restart",
+      "the survivor is one runner for every generation: started once, with one epoch, one registration and the "
+      "same four MRs (handles and keys) throughout, never registered again",
+      witness=("journal",), needs=("ledgers", "journals"), applies=restart_mode)
+def check_survivor(case):
+    _fault, survivor = lifecycle.restart_roles(case.profile)
+    problems = []
+    journal_path = case.journals[survivor].path
+    starts = _journal_events(case, survivor, "child_start")
+    if len(starts) != 1:
+        problems.append((f"{survivor}: the journal shows {len(starts)} runner start(s); the survivor starts once",
+                         journal_path))
+    pid = starts[0].get("pid") if starts else None
+    first = case.ledger(survivor, 1)
+
+    def mrs(ledger):
+        return sorted((c.get("rail"), m.get("kind"), m.get("mr"), m.get("lkey"), m.get("rkey"))
+                      for c in ledger["contexts"] for m in c["mrs"])
+
+    for generation in case.generations():
+        ledger, path = case.ledger(survivor, generation), case.ledger_path(survivor, generation)
+        seen = {"pid": ledger.get("pid"), "epoch": ledger.get("epoch"), "registration": ledger.get("registration_id")}
+        wanted = {"pid": pid, "epoch": first.get("epoch"), "registration": first.get("registration_id")}
+        wrong = {k: v for k, v in seen.items() if v != wanted[k]}
+        if wrong:
+            problems.append((f"{survivor} g{generation}: {wrong}, the survivor's are "
+                             f"{ {k: wanted[k] for k in wrong} }", path))
+        if len(mrs(ledger)) != MRS_PER_CONTEXT * model.RAIL_COUNT or mrs(ledger) != mrs(first):
+            problems.append((f"{survivor} g{generation}: MRs {mrs(ledger)[:4]}, generation 1 registered "
+                             f"{mrs(first)[:4]}: the survivor keeps its four MRs", f"{path}#contexts"))
+    return problems
+
+
+@rule("restart.replacement", "restart",
+      "each generation's fault-role runner is a new process (a pid of its own) with the same registration ID, the "
+      "same service address as generation 1 (the requester: the same peer address, the source's)",
+      witness=("journal", "peer"), needs=("ledgers", "journals"), applies=restart_mode)
+def check_replacement(case):
+    fault, _survivor = lifecycle.restart_roles(case.profile)
+    problems = []
+    path = case.journals[fault].path
+    starts = {}
+    for event in _journal_events(case, fault, "child_start"):
+        starts.setdefault(_output_generation(event), []).append(event)
+    pids = []
+    first = case.ledger(fault, 1)
+    source_address = case.ledger("source", 1).get("service_address")
+    for generation in case.generations():
+        found = starts.get(generation, [])
+        if len(found) != 1:
+            problems.append((f"{fault} g{generation}: {len(found)} runner start(s) for this generation", path))
+            continue
+        pids.append(found[0].get("pid"))
+        told = _told(found[0])
+        ledger = case.ledger(fault, generation)
+        if ledger.get("registration_id") != first.get("registration_id"):
+            problems.append((f"{fault} g{generation}: registration {ledger.get('registration_id')!r}, generation 1 "
+                             f"was {first.get('registration_id')!r}", case.ledger_path(fault, generation)))
+        if fault == "source":
+            bound = ledger.get("service_address")
+            if bound != source_address or (generation > 1 and told.get("service_address") != source_address):
+                problems.append((f"source g{generation}: told {told.get('service_address')!r}, bound {bound!r}; "
+                                 f"generation 1 served {source_address!r}", path))
+        elif told.get("peer_address") != source_address:
+            problems.append((f"requester g{generation}: told peer {told.get('peer_address')!r}, the source serves "
+                             f"{source_address!r}", path))
+    if len(set(pids)) != len(pids):
+        problems.append((f"{fault}: pids {pids}: each generation must be a new process", path))
+    return problems
+
+
+@rule("restart.stale_refused", "restart",
+      "from generation 2 on the survivor tried every earlier epoch of its peer (the killed runners' own epochs) "
+      "with open_segment and with a submission, and each failed EpochMismatch (a typed error of its own)",
+      witness=("peer",), applies=restart_mode, after=("identity.epochs",))
+def check_stale_refused(case):
+    fault, survivor = lifecycle.restart_roles(case.profile)
+    problems = []
+    for generation in case.generations():
+        ledger, path = case.ledger(survivor, generation), case.ledger_path(survivor, generation)
+        probes = _restart(ledger).get("stale_probes") or []
+        stale = [case.ledger(fault, g).get("epoch") for g in range(1, generation)]
+        current = case.ledger(fault, generation).get("epoch")
+        wanted = sorted((epoch, op) for epoch in stale for op in PROBED)
+        tried = sorted((p.get("peer_epoch"), p.get("operation")) for p in probes)
+        refused = [p for p in probes if p.get("result") == "EpochMismatch" and p.get("current_peer_epoch") == current]
+        if tried != wanted or len(refused) != len(probes):
+            problems.append((f"{survivor} g{generation}: stale attempts {tried} ({len(refused)} refused against the "
+                             f"peer's epoch {current}), expected {wanted} all refused", f"{path}#restart.stale_probes"))
+        for op in PROBED:
+            typed = [e for e in ledger["errors"] if isinstance(e, dict) and (e.get("error"), e.get("operation"))
+                     == ("EpochMismatch", op)]
+            if len(typed) != len(stale):
+                problems.append((f"{survivor} g{generation}: {len(typed)} EpochMismatch error(s) in {op}, expected "
+                                 f"{len(stale)} (one per earlier epoch)", f"{path}#errors"))
+    for generation in case.generations():
+        if _restart(case.ledger(fault, generation)).get("stale_probes"):
+            problems.append((f"{fault} g{generation}: a fresh runner has no earlier epoch to try",
+                             case.ledger_path(fault, generation)))
+    return problems
+
+
+@rule("restart.stale_no_effect", "restart",
+      "every stale-epoch attempt created no QP, posted no WR, moved no byte, reported RemoteEffect None and "
+      "drained locally; the verbs provider held the same objects before and after",
+      witness=("runner",), applies=restart_mode)
+def check_stale_no_effect(case):
+    _fault, survivor = lifecycle.restart_roles(case.profile)
+    problems = []
+    zero = {"qps_created": 0, "wrs_posted": 0, "bytes": 0, "remote_effect": "None", "locally_drained": True}
+    for generation in case.generations():
+        ledger, path = case.ledger(survivor, generation), case.ledger_path(survivor, generation)
+        for index, probe in enumerate(_restart(ledger).get("stale_probes") or []):
+            wrong = {k: probe.get(k) for k, v in zero.items() if probe.get(k) != v}
+            if probe.get("provider_held_before") != probe.get("provider_held_after"):
+                wrong["provider_held"] = (probe.get("provider_held_before"), probe.get("provider_held_after"))
+            if wrong:
+                problems.append((f"{survivor} g{generation}: stale {probe.get('operation')} at epoch "
+                                 f"{probe.get('peer_epoch')}: {wrong}", f"{path}#restart.stale_probes[{index}]"))
+        for index, error in enumerate(ledger["errors"]):
+            if isinstance(error, dict) and error.get("error") == "EpochMismatch":
+                wrong = {k: error.get(k) for k, v in zero.items() if error.get(k) != v}
+                if wrong:
+                    problems.append((f"{survivor} g{generation}: EpochMismatch in {error.get('operation')}: {wrong}",
+                                     f"{path}#errors[{index}]"))
+    return problems
+
+
+@rule("restart.teardown", "restart",
+      "only the last generation's runners tear down, drained and quiesced (their QPs, the four MRs and both contexts "
+      "released, nothing left in the verbs provider); a ledger at a restart point records no teardown",
+      witness=("profile",), applies=restart_mode)
+def check_restart_teardown(case):
+    problems = []
+    want = {"qps_destroyed": case.workload["qp_bound_per_peer_operation"],
+            "mrs_deregistered": MRS_PER_CONTEXT * model.RAIL_COUNT, "contexts_closed": model.RAIL_COUNT,
+            "retained_owners": 0, "drained": True, "debt_wrs": 0, "debt_bytes": 0, "debt_grants": 0}
+    for generation in case.generations():
+        for role in ROLES:
+            ledger, path = case.ledger(role, generation), case.ledger_path(role, generation)
+            teardown = ledger.get("teardown")
+            if lifecycle.ends_idle(case.profile, generation):
+                if teardown is not None:
+                    problems.append((f"{role} g{generation}: a teardown at a restart point", f"{path}#teardown"))
+                continue
+            if not isinstance(teardown, dict):
+                problems.append((f"{role} g{generation}: no teardown recorded", f"{path}#teardown"))
+                continue
+            wrong = {k: teardown.get(k) for k, v in want.items() if teardown.get(k) != v}
+            held = teardown.get("provider_held")
+            if isinstance(held, dict) and any(held.values()):
+                wrong["provider_held"] = held
+            if wrong or teardown.get("errors"):
+                problems.append((f"{role} g{generation}: teardown {wrong} (expected "
+                                 f"{ {k: want.get(k, 'all 0') for k in wrong} }), errors {teardown.get('errors')}",
+                                 f"{path}#teardown"))
+    return problems

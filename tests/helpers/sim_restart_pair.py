@@ -1,0 +1,107 @@
+"""Run an installed-restart case on the simulated runner pair directly (no Ansible), the way
+roles/runner does it, and lay the receipts out as a run directory (see helpers/sim_pair.py).
+
+The flow (docs/restart.md): the source then the requester start in generation 1 under their node's
+lock supervisor; the survivor lives across every generation. At the end of each nonfinal generation
+both runners write ``restart-point.json`` (three rounds drained, cached QPs and MRs live); only then
+the fault role's supervisor SIGKILLs that one child (pid and start time checked) and reaps it, and the
+replacement starts in the next generation's directory with the same service address and registration.
+"""
+
+import json
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from helpers import sim_pair
+
+RESTART_POINT = "restart-point.json"
+
+
+def _wait_file(client, child, path, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        state = client.wait(child["child_id"], timeout=0)
+        if not state["timed_out"]:
+            raise RuntimeError(f"{what}: the runner exited first ({state}); stderr: "
+                               f"{(Path(child['out']) / 'runner.stderr').read_text()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: no {path} within {timeout} s")
+        time.sleep(0.01)
+    return json.loads(path.read_text())
+
+
+def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
+    """Run every generation of the restart case; return the case directory."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
+        SupervisorClient,
+        start_supervisor,
+    )
+
+    run_dir = Path(run_dir)
+    run_id = run_dir.name
+    roots = sim_pair.make_hosts()
+    case_dir = run_dir / "cases" / case_id
+    registrations = {role: f"{run_id}-{case_id}-{role}" for role in ("source", "requester")}
+    app, app_sha = sim_pair.runner_zipapp()
+    fault = profile["fault_role"]
+    generations = profile["generations"]
+    clients, current, service = {}, {}, None
+    # A loopback address of this run's own: between the kill and the replacement the source's port is
+    # free, and another run binding port 0 on the same address could take it (the survivor would then
+    # reconnect to a stranger). The gate's inventory gives each source a fixed address instead.
+    rng = random.SystemRandom()
+    own_ip = f"127.{rng.randrange(1, 255)}.{rng.randrange(0, 256)}.{rng.randrange(1, 255)}"
+
+    def launch(role, generation):
+        nonlocal service
+        out = case_dir / role / f"g{generation}"
+        out.mkdir(parents=True, exist_ok=True)
+        extra = {"service_address": service or f"{own_ip}:0"} if role == "source" else {
+            "peer_address": service, "peer_registration_id": registrations["source"]}
+        case = sim_pair.sim_harness.base_case(profile, role, roots[role], defects, run_id=run_id,
+                                              registration_id=registrations[role], generation=generation, **extra)
+        (out / "case.json").write_text(json.dumps(case))
+        argv = [sys.executable, str(app), "--case", str(out / "case.json"), "--output", str(out)]
+        child = clients[role].launch(argv, env={"PATH": "/usr/bin:/bin"}, cwd=str(out),
+                                     stdout_path=str(out / "runner.stdout"), stderr_path=str(out / "runner.stderr"),
+                                     argv_pins={1: app_sha, 3: None}, record_json=[3])
+        child["out"] = str(out)
+        current[role] = child
+        if role == "source":
+            ready = _wait_file(clients[role], child, out / "ready.json", 30, "source ready")
+            service = service or ready["service_address"]  # the replacement reuses generation 1's
+
+    try:
+        for role in ("source", "requester"):
+            sup_dir = run_dir / "supervisors" / f"{case_id}-{role}"
+            start_supervisor(str(sup_dir), f"{run_id}-{case_id}", [r["device"] for r in sim_pair.RAILS],
+                             f"{roots[role]}/run/orbite/locks", root=roots[role], lease=timeout + 60)
+            clients[role] = SupervisorClient(str(sup_dir))
+        launch("source", 1)
+        launch("requester", 1)
+        for generation in range(2, generations + 1):
+            # The documented kill point: both runners reached the previous generation's restart point.
+            for role in ("source", "requester"):
+                _wait_file(clients[role], current[role], case_dir / role / f"g{generation - 1}" / RESTART_POINT,
+                           timeout, f"{role} restart point g{generation - 1}")
+            victim = current[fault]
+            state = clients[fault].signal(victim["child_id"], victim["pid"], victim["start_time"])
+            if state.get("exit_signal") != 9:
+                raise RuntimeError(f"the killed {fault} ended with {state}")
+            launch(fault, generation)
+        for role in ("source", "requester"):
+            if clients[role].wait(current[role]["child_id"], timeout=timeout)["timed_out"]:
+                raise RuntimeError(f"{role} runner still running after {timeout} s")
+    finally:
+        for role, client in clients.items():
+            client.stop(force=True)
+            shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
+    hosts = {"source": profile["source"], "requester": profile["requester"]}
+    (case_dir / "case.json").write_text(json.dumps(
+        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile, "hosts": hosts,
+         "supervisor_run_id": f"{run_id}-{case_id}", "registrations": registrations}))
+    sim_pair.write_plan(run_dir, case_id, profile, defects)
+    return case_dir

@@ -1,0 +1,219 @@
+"""installed-restart on the simulated runner pair, end to end through the verifier (docs/restart.md).
+
+The pair runs under real lock supervisors the way roles/runner does it (helpers/sim_restart_pair.py):
+the survivor once, the fault role killed by its supervisor at each restart point and replaced. A
+healthy run PASSes with every restart rule applied; each defect switch of the simulated runner fails
+exactly its rule (beside run.diagnostic, which every run with a switch fails); the rules no runner
+switch can break (the controller's kill, the replacement's address, the final teardown, the journal's
+kills) are red-checked by editing one fact of a healthy run's receipts.
+Red check of the runner side: removing a switch's branch in sim/orbite_sim/engine.py makes its case pass.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import sim_pair
+from helpers.sim_restart_pair import RESTART_POINT, run_restart_pair
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RULES
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "sim"))
+import sim_harness as H
+
+LEDGER = H.validator("runner-ledger")
+RESTART_POINT_SCHEMA = H.validator("runner-restart-point")
+RESTART_CODES = sorted(r.code for r in RULES if r.group == "restart")
+SMALL = {"parents": 4, "payload": 2 * 65536 + 3, "block": 65536, "num_lanes": 2, "mask": 3}
+
+
+def restart_profile(fault_role, generations, operation="read", events=False, **over):
+    return dict(sim_pair.BASE, mode="installed-restart", operation=operation, rdma_events=events,
+                fault_role=fault_role, generations=generations, **dict(SMALL, **over))
+
+
+def _findings(verdict):
+    return {f["code"]: f for c in verdict["cases"] for f in c["findings"]}
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    """Two healthy runs: the source killed twice (3 generations, WRITE/events) and the requester once (READ/polling)."""
+    runs = {}
+    for fault, generations, operation, events in (("source", 3, "write", True), ("requester", 2, "read", False)):
+        run_dir = tmp_path_factory.mktemp(f"restart-{fault}") / f"rs-{fault}"
+        run_restart_pair(run_dir, "c1", restart_profile(fault, generations, operation, events))
+        runs[fault] = run_dir
+    return runs
+
+
+@pytest.mark.parametrize("fault", ["source", "requester"])
+def test_a_healthy_restart_passes_with_every_restart_rule_applied(healthy, fault):
+    verdict = verify_run(str(healthy[fault]), write=False)
+    assert verdict["verdict"] == "PASS", verdict["failed_codes"]
+    findings = _findings(verdict)
+    assert "case.mode_unverified" not in findings
+    assert RESTART_CODES == ["restart.kill_point", "restart.replacement", "restart.restart_point",
+                             "restart.stale_no_effect", "restart.stale_refused", "restart.survivor",
+                             "restart.teardown"]
+    for code in [*RESTART_CODES, "journal.children", "identity.processes", "identity.epochs", "qps.reuse",
+                 "ledger.exit", "ledger.errors"]:
+        assert findings[code]["status"] == "PASS", (code, findings[code])
+
+
+def test_the_receipts_show_the_restart_the_seed_describes(healthy):
+    """Survivor: one pid, epoch and MR set; fault role: a new pid and epoch per generation, killed by SIGKILL;
+    every earlier epoch refused in both operations with no effect; each ledger valid against its schema."""
+    case_dir = healthy["source"] / "cases" / "c1"
+    ledgers = {(role, g): json.loads((case_dir / role / f"g{g}" / "ledger.json").read_text())
+               for role in ("source", "requester") for g in (1, 2, 3)}
+    for ledger in ledgers.values():
+        LEDGER.validate(ledger)
+    survivor = [ledgers[("requester", g)] for g in (1, 2, 3)]
+    assert len({(s["pid"], s["epoch"], s["registration_id"]) for s in survivor}) == 1
+    assert [s["status"] for s in survivor] == ["idle", "idle", "complete"]
+    mrs = [sorted((m["mr"], m["rkey"]) for c in s["contexts"] for m in c["mrs"]) for s in survivor]
+    assert mrs[0] == mrs[1] == mrs[2] and len(mrs[0]) == 4
+    fault = [ledgers[("source", g)] for g in (1, 2, 3)]
+    assert len({f["pid"] for f in fault}) == 3 and len({f["epoch"] for f in fault}) == 3
+    assert len({f["service_address"] for f in fault}) == 1
+    assert [f["status"] for f in fault] == ["idle", "idle", "complete"]
+    probes = survivor[2]["restart"]["stale_probes"]
+    assert sorted((p["peer_epoch"], p["operation"]) for p in probes) == sorted(
+        (f["epoch"], op) for f in fault[:2] for op in ("open_segment", "submit"))
+    assert {(p["result"], p["qps_created"], p["wrs_posted"], p["bytes"], p["remote_effect"], p["locally_drained"])
+            for p in probes} == {("EpochMismatch", 0, 0, 0, "None", True)}
+    # The survivor retired the dead peer's QPs and created rails x lanes new ones per generation.
+    assert len(survivor[1]["restart"]["retired_qps"]) == 4 and len(survivor[1]["qps"]) == 4
+    for g in (1, 2):
+        point = json.loads((case_dir / "source" / f"g{g}" / RESTART_POINT).read_text())
+        RESTART_POINT_SCHEMA.validate(point)
+        assert (point["pid"], point["generation"], point["epoch"]) == (fault[g - 1]["pid"], g, fault[g - 1]["epoch"])
+    events = [json.loads(line) for line in (case_dir / "source" / "journal.jsonl").read_text().splitlines()]
+    kills = [(e["pid"], e["signal_name"]) for e in events if e.get("ev") == "signal"]
+    exits = {e["pid"]: e.get("exit_signal_name") for e in events if e.get("ev") == "child_exit"}
+    assert kills == [(fault[0]["pid"], "SIGKILL"), (fault[1]["pid"], "SIGKILL")]
+    assert [exits[f["pid"]] for f in fault] == ["SIGKILL", "SIGKILL", None]
+    requester_events = (case_dir / "requester" / "journal.jsonl").read_text()
+    assert '"ev": "signal"' not in requester_events and requester_events.count('"ev": "child_start"') == 1
+
+
+_DEFECT_CASES = [
+    pytest.param("stale_epoch_accepted", "source", "restart.stale_refused", id="stale_epoch_accepted"),
+    pytest.param("stale_epoch_qp", "requester", "restart.stale_no_effect", id="stale_epoch_qp"),
+    pytest.param("survivor_reregisters", "source", "restart.survivor", id="survivor_reregisters"),
+    pytest.param("reuse_epoch", "requester", "identity.epochs", id="reuse_epoch"),
+    pytest.param("drop_cached_qps", "source", "restart.restart_point", id="drop_cached_qps"),
+]
+
+
+@pytest.mark.parametrize(("defect", "fault", "code"), _DEFECT_CASES)
+def test_each_restart_defect_fails_exactly_its_rule(tmp_path, defect, fault, code):
+    run_dir = tmp_path / f"rs-{defect}"
+    run_restart_pair(run_dir, "c1", restart_profile(fault, 2), defects=[defect])
+    verdict = verify_run(str(run_dir), write=False)
+    assert sorted(verdict["failed_codes"]) == sorted(["run.diagnostic", code]), verdict["failed_codes"]
+
+
+def test_the_restart_defect_table_covers_every_restart_switch():
+    sys.path.insert(0, str(H.REPO / "sim"))
+    from orbite_sim.case import RESTART_DEFECTS
+
+    tested = {params.values[0] for params in _DEFECT_CASES}
+    assert tested == set(RESTART_DEFECTS)
+    doc = (H.REPO / "docs" / "runner-contract.md").read_text()
+    for defect in RESTART_DEFECTS:
+        assert f"| `{defect}` |" in doc, f"{defect} is not documented in docs/runner-contract.md section 7"
+
+
+def _edit(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _edit_journal(path, change):
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(e) + "\n" for e in change(events)))
+
+
+def _first(events, ev, **match):
+    return next(e for e in events if e.get("ev") == ev and all(e.get(k) == v for k, v in match.items()))
+
+
+def _kill_named_another_start_time(events):
+    _first(events, "signal")["start_time"] += 1
+    return events
+
+
+def _survivor_signalled(events):
+    start = _first(events, "child_start")
+    signal = {"seq": 10_000, "ev": "signal", "t": start["t"], "child_id": start["child_id"], "pid": start["pid"],
+              "start_time": start["start_time"], "signal": 15, "signal_name": "SIGTERM", "reason": "request"}
+    return [*events, signal]
+
+
+@pytest.mark.parametrize(("code", "mutate"), [
+    # The kill came before the killed runner's restart point (its own node's clock).
+    ("restart.kill_point", lambda case: _edit(case / "requester" / "g1" / "ledger.json",
+                                              lambda d: d["restart"]["restart_point"].update(at=4e9))),
+    ("restart.kill_point", lambda case: _edit_journal(case / "requester" / "journal.jsonl",
+                                                      _kill_named_another_start_time)),
+    # The replacement requester was pointed at another address than the source serves.
+    ("restart.replacement", lambda case: _edit_journal(case / "requester" / "journal.jsonl", lambda events: [
+        _retarget(e) if e.get("ev") == "child_start" and "/g2" in json.dumps(e.get("argv")) else e for e in events])),
+    ("restart.teardown", lambda case: _edit(case / "source" / "g2" / "ledger.json",
+                                            lambda d: d["teardown"].update(retained_owners=1))),
+    ("journal.children", lambda case: _edit_journal(case / "source" / "journal.jsonl", _survivor_signalled)),
+])
+def test_rules_no_runner_switch_reaches_fail_on_one_edited_fact(healthy, tmp_path, code, mutate):
+    run_dir = tmp_path / "rs-edited"
+    shutil.copytree(healthy["requester"], run_dir)
+    mutate(run_dir / "cases" / "c1")
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == [code], verdict["failed_codes"]
+
+
+def _retarget(start):
+    for pin in start.get("pinned") or []:
+        if isinstance(pin.get("json"), dict) and "peer_address" in pin["json"]:
+            host, _sep, port = pin["json"]["peer_address"].rpartition(":")
+            pin["json"]["peer_address"] = f"{host}:{int(port) + 1}"
+    return start
+
+
+def test_a_restart_point_nobody_acts_on_ends_in_typed_timeouts(tmp_path):
+    """No kill within timeouts.restart_s: the fault role gives up with a typed Timeout (its generation's
+    ledger then says failed), the survivor sees it go and waits for a replacement that never comes."""
+    prof = restart_profile("requester", 2)
+    root_a, root_b = H.make_hosts()
+    # The fault role gives up first; the survivor waits longer, then for its replacement as long again.
+    timeouts = {"source": {"restart_s": 4.0, "connect_s": 10.0}, "requester": {"restart_s": 1.0, "connect_s": 10.0}}
+    out_a, out_b = tmp_path / "source" / "g1", tmp_path / "requester" / "g1"
+    out_a.mkdir(parents=True)
+    out_b.mkdir(parents=True)
+    rng_ip = f"127.{os.getpid() % 250 + 1}.9.{os.getpid() % 200 + 1}"
+    source_case = H.write_case(tmp_path / "source.json", H.base_case(
+        prof, "source", root_a, service_address=f"{rng_ip}:0", timeouts=timeouts["source"]))
+    source = H.start(source_case, out_a, observers=())
+    ready = H.wait_ready(source, out_a)
+    requester_case = H.write_case(tmp_path / "requester.json", H.base_case(
+        prof, "requester", root_b, peer_address=ready["service_address"], peer_registration_id="reg-source",
+        timeouts=timeouts["requester"]))
+    requester = H.start(requester_case, out_b, observers=())
+    codes = {"source": H.reap(source, 60)[0], "requester": H.reap(requester, 60)[0]}
+    assert codes == {"source": 4, "requester": 4}
+    fault = json.loads((out_b / "ledger.json").read_text())
+    assert fault["status"] == "failed" and fault["restart"]["restart_point"] is not None
+    assert [(e["error"], e["operation"]) for e in fault["errors"]] == [("Timeout", "restart")]
+    assert (out_b / RESTART_POINT).exists()
+    survivor_idle = json.loads((out_a / "ledger.json").read_text())
+    assert survivor_idle["status"] == "idle"
+    survivor = json.loads((tmp_path / "source" / "g2" / "ledger.json").read_text())
+    assert (survivor["status"], survivor["pid"]) == ("failed", survivor_idle["pid"])
+    assert [(e["error"], e["operation"]) for e in survivor["errors"]] == [("Timeout", "accept")]
+    assert survivor["teardown"]["retained_owners"] == 0
