@@ -32,7 +32,6 @@ that needs an observer must fail preflight when it is null (``missing_observers`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -40,6 +39,7 @@ import subprocess
 from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import sha256_file
 from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import (
     PinError,
     PinMismatch,
@@ -110,14 +110,6 @@ class InstallationMismatch(InstallationError):
 def _short(value, limit: int = 120) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------

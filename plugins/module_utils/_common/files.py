@@ -2,6 +2,7 @@
 # Copyright: OrbiTE qualification contributors
 """The collection's one atomic writer: write a temporary file beside the target, fsync, rename."""
 
+import hashlib
 import json
 import os
 import stat
@@ -97,3 +98,12 @@ def read_regular_bytes(path, limit: int, dir_fd=None, follow_symlinks: bool = Tr
                 raise FileTooLarge(f"{shown}: is larger than {limit} bytes")
     finally:
         os.close(fd)
+
+
+def sha256_file(path: str) -> str:
+    """The sha256 (hex) of a file's contents, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

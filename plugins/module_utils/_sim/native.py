@@ -19,7 +19,6 @@ Controller side, stdlib only, Python >= 3.9.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ import subprocess
 from typing import Dict, Tuple
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json, sha256_file
 
 SCHEMA = "orbite.sim-native"
 VERSION = 1
@@ -43,14 +42,6 @@ class SimNativeError(OrbiteError):
     """The native part of the lab cannot be built; the message says what is missing."""
 
     code = "sim.native"
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def artifact_paths(out_dir: str) -> Dict[str, str]:
