@@ -608,51 +608,46 @@ typedef struct ibv_mr *(*reg_mr_fn)(struct ibv_pd *, void *, size_t, int);
 typedef struct ibv_mr *(*reg_mr_iova_fn)(struct ibv_pd *, void *, size_t, uint64_t, int);
 typedef struct ibv_mr *(*reg_mr_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
 
+/* The real registration entry point, or NULL with errno ENOSYS. */
+static void *reg_real(const char *name)
+{
+	void *f = obs_real(name);
+
+	if (!f)
+		errno = ENOSYS;
+	return f;
+}
+
+/* What every registration interposer returns: the real result, recorded
+ * (under the address the WRs will name) when it succeeded. */
+static struct ibv_mr *reg_noted(struct ibv_mr *mr, uint64_t iova)
+{
+	if (mr)
+		mr_note(mr, iova);
+	return mr;
+}
+
 OBS_EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	reg_mr_fn real = (reg_mr_fn)obs_real("ibv_reg_mr");
-	struct ibv_mr *mr;
+	reg_mr_fn real = (reg_mr_fn)reg_real("ibv_reg_mr");
 
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	mr = real(pd, addr, length, access);
-	if (mr)
-		mr_note(mr, (uintptr_t)addr);
-	return mr;
+	return real ? reg_noted(real(pd, addr, length, access), (uintptr_t)addr) : NULL;
 }
 
 OBS_EXPORT struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 					    int access)
 {
-	reg_mr_iova_fn real = (reg_mr_iova_fn)obs_real("ibv_reg_mr_iova");
-	struct ibv_mr *mr;
+	reg_mr_iova_fn real = (reg_mr_iova_fn)reg_real("ibv_reg_mr_iova");
 
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	mr = real(pd, addr, length, iova, access);
-	if (mr)
-		mr_note(mr, iova);
-	return mr;
+	return real ? reg_noted(real(pd, addr, length, iova, access), iova) : NULL;
 }
 
 OBS_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 					   unsigned int access)
 {
-	reg_mr_iova2_fn real = (reg_mr_iova2_fn)obs_real("ibv_reg_mr_iova2");
-	struct ibv_mr *mr;
+	reg_mr_iova2_fn real = (reg_mr_iova2_fn)reg_real("ibv_reg_mr_iova2");
 
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	mr = real(pd, addr, length, iova, access);
-	if (mr)
-		mr_note(mr, iova);
-	return mr;
+	return real ? reg_noted(real(pd, addr, length, iova, access), iova) : NULL;
 }
 
 OBS_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
@@ -766,18 +761,6 @@ static void sge_digest(const struct sge_rec *s, struct obs_rec *r)
 		r->a |= DATA_TRAIL_CHANGED;
 }
 
-static void hex32(const uint8_t d[32], char out[65])
-{
-	static const char digits[] = "0123456789abcdef";
-	int i;
-
-	for (i = 0; i < 32; i++) {
-		out[2 * i] = digits[d[i] >> 4];
-		out[2 * i + 1] = digits[d[i] & 15];
-	}
-	out[64] = '\0';
-}
-
 /* The data events of a WR that completed successfully: one per SGE. */
 static void log_data(const struct wr_ent *e)
 {
@@ -810,7 +793,7 @@ static void log_data(const struct wr_ent *e)
 			int hashed = !(r->a & (DATA_NO_MR | DATA_OUTSIDE_MR));
 
 			if (hashed)
-				hex32(r->digest, hex);
+				obs_sha256_hex(r->digest, hex);
 			obs_log("{\"ev\":\"data\",\"qpn\":%" PRIu32 ",\"wr_id\":%" PRIu64 ",\"sge\":%d,"
 				"\"off\":%" PRIu64 ",\"len\":%" PRIu64 ",\"mr_len\":%" PRIu64
 				",\"sha256\":%s%s%s,\"flags\":%d}",

@@ -211,3 +211,15 @@ void obs_sha256(const void *data, size_t len, uint8_t out[32])
 	obs_sha256_update(&s, data, len);
 	obs_sha256_final(&s, out);
 }
+
+void obs_sha256_hex(const uint8_t d[32], char out[65])
+{
+	static const char digits[] = "0123456789abcdef";
+	int i;
+
+	for (i = 0; i < 32; i++) {
+		out[2 * i] = digits[d[i] >> 4];
+		out[2 * i + 1] = digits[d[i] & 15];
+	}
+	out[64] = '\0';
+}

@@ -21,6 +21,8 @@ void obs_sha256_update(struct obs_sha256 *s, const void *data, size_t len);
 void obs_sha256_final(struct obs_sha256 *s, uint8_t out[32]);
 /* One-shot digest of [data, data + len). */
 void obs_sha256(const void *data, size_t len, uint8_t out[32]);
+/* A digest as 64 lowercase hex digits and a NUL. */
+void obs_sha256_hex(const uint8_t d[32], char out[65]);
 /* Which compression function runs: 1 = SHA extensions, 0 = portable C.
  * obs_sha256_force_portable(1) selects portable C (the tests compare both). */
 int obs_sha256_accelerated(void);

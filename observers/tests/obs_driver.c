@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "orbite_provider.h"
+#include "qp_connect.h"
 
 #define CHECK(cond)                                                        \
 	do {                                                               \
@@ -163,34 +164,8 @@ static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_cq *cq, int sq_dep
 /* RESET -> INIT -> RTR -> RTS towards (gid, qpn). */
 static void qp_connect(struct ibv_qp *qp, const union ibv_gid *gid, uint32_t qpn)
 {
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qpn;
-	a.max_dest_rd_atomic = 16;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = GID_INDEX;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 16;
-	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+	CHECK(qp_connect_via(V.modify_qp, qp, 1, GID_INDEX, gid, qpn,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE, 7) == 0);
 }
 
 static void qp_to_error(struct ibv_qp *qp)
@@ -202,6 +177,20 @@ static void qp_to_error(struct ibv_qp *qp)
 	CHECK(V.modify_qp(qp, &a, IBV_QP_STATE) == 0);
 }
 
+/* One side of a rig: its own context, PD, MR over buf and CQ. */
+static void side_open(int dev, char *buf, size_t len, int access, struct ibv_context **ctx,
+		      struct ibv_pd **pd, struct ibv_mr **mr, struct ibv_cq **cq)
+{
+	*ctx = V.open_device(devs[dev]);
+	CHECK(*ctx);
+	*pd = V.alloc_pd(*ctx);
+	CHECK(*pd);
+	*mr = V.reg_mr(*pd, buf, len, access);
+	CHECK(*mr);
+	*cq = V.create_cq(*ctx, 256, NULL, NULL, 0);
+	CHECK(*cq);
+}
+
 static void rig_open(struct rig *r, int dev, int nqp, int sq_depth)
 {
 	const int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
@@ -209,22 +198,8 @@ static void rig_open(struct rig *r, int dev, int nqp, int sq_depth)
 	int i, k;
 
 	memset(r, 0, sizeof(*r));
-	r->ctx = V.open_device(devs[dev]);
-	CHECK(r->ctx);
-	r->pd = V.alloc_pd(r->ctx);
-	CHECK(r->pd);
-	r->mr = V.reg_mr(r->pd, r->buf, sizeof(r->buf), IBV_ACCESS_LOCAL_WRITE);
-	CHECK(r->mr);
-	r->cq = V.create_cq(r->ctx, 256, NULL, NULL, 0);
-	CHECK(r->cq);
-	r->pctx = V.open_device(devs[dev]);
-	CHECK(r->pctx);
-	r->ppd = V.alloc_pd(r->pctx);
-	CHECK(r->ppd);
-	r->pmr = V.reg_mr(r->ppd, r->pbuf, sizeof(r->pbuf), remote);
-	CHECK(r->pmr);
-	r->pcq = V.create_cq(r->pctx, 256, NULL, NULL, 0);
-	CHECK(r->pcq);
+	side_open(dev, r->buf, sizeof(r->buf), IBV_ACCESS_LOCAL_WRITE, &r->ctx, &r->pd, &r->mr, &r->cq);
+	side_open(dev, r->pbuf, sizeof(r->pbuf), remote, &r->pctx, &r->ppd, &r->pmr, &r->pcq);
 	CHECK(V.query_gid(r->ctx, 1, GID_INDEX, &gid) == 0);
 	for (i = 0; i < nqp; i++) {
 		/* every QP of a rig shares the rig's CQ */

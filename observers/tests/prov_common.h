@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "orbite_provider.h"
+#include "qp_connect.h"
 
 #define CHECK(cond)                                                              \
 	do {                                                                     \
@@ -226,41 +227,8 @@ static int qp_rnr_retry = 7;
 static inline int qp_connect(struct ep *e, struct ibv_qp *qp, const union ibv_gid *gid,
 			     uint32_t qpn, int access)
 {
-	struct ibv_qp_attr a;
-	int rc;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = e->port;
-	a.qp_access_flags = (unsigned int)access;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (rc)
-		return rc;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qpn;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 16;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = (uint8_t)e->gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = e->port;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	if (rc)
-		return rc;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = (uint8_t)qp_rnr_retry;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 16;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	return qp_connect_via(ibv_modify_qp, qp, e->port, (uint8_t)e->gid_index, gid, qpn, access,
+			      (uint8_t)qp_rnr_retry);
 }
 
 static inline int qp_state(struct ibv_qp *qp)
