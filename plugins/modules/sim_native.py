@@ -88,7 +88,6 @@ manifest_path:
   sample: /home/me/.cache/orbite/sim-lab/native/manifest.json
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -97,6 +96,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._sim.native i
     MANIFEST,
     SimNativeError,
     build_native,
+    read_manifest,
     remove_native,
 )
 
@@ -118,11 +118,7 @@ def main():
         if params["state"] == "absent":
             module.exit_json(changed=remove_native(params["out_dir"], check_mode=module.check_mode))
         if module.check_mode:
-            try:
-                with open(manifest_path, encoding="utf-8") as handle:
-                    manifest = json.load(handle)
-            except (OSError, ValueError):
-                manifest = None
+            manifest = read_manifest(manifest_path)
             module.exit_json(changed=manifest is None, manifest=manifest, manifest_path=manifest_path)
         changed, manifest = build_native(params["collection_dir"], params["out_dir"], params["make"], params["cc"])
     except SimNativeError as error:

@@ -243,24 +243,36 @@ def read_ready(ready_path):
 def wait_ready(client, child, output_dir, timeout):
     """Return ready.json once the source wrote it; fail at once if the source exits first."""
     ready_path = os.path.join(output_dir, READY_NAME)
-    deadline = time.monotonic() + timeout
+    ready, state = _await_json(client, child["child_id"], ready_path, time.monotonic() + timeout, READY_POLL_S)
+    if ready is not None:
+        if ready.get("pid") != child["pid"]:
+            raise RunnerError("ready_mismatch", f"{ready_path}: written by pid {quote(ready.get('pid'))}, "
+                                                f"the supervised source is pid {child['pid']}")
+        return ready
+    if state is not None:
+        raise RunnerError("exited_before_ready",
+                          f"the source runner exited before it was ready (exit code {state.get('exit_code')}, "
+                          f"signal {state.get('exit_signal_name')}); see {output_dir}/runner.stderr", child=state)
+    detail = f"{ready_path} is not complete JSON" if os.path.lexists(ready_path) else f"no {ready_path}"
+    raise RunnerError("ready_timeout", f"the source runner was not ready within {timeout} s ({detail}); "
+                                       f"it is still running as pid {child['pid']}")
+
+
+def _await_json(client, child_id, path, deadline, poll_s, between=None):
+    """Poll path (read_ready) for a runner's JSON object. Return (object, None) once written, (None, state)
+    when the child exited first, (None, None) past the deadline; between() runs before each sleep."""
     while True:
-        ready = read_ready(ready_path)
-        if ready is not None:
-            if ready.get("pid") != child["pid"]:
-                raise RunnerError("ready_mismatch", f"{ready_path}: written by pid {quote(ready.get('pid'))}, "
-                                                    f"the supervised source is pid {child['pid']}")
-            return ready
-        state = client.wait(child["child_id"], timeout=0)
+        found = read_ready(path)
+        if found is not None:
+            return found, None
+        state = client.wait(child_id, timeout=0)
         if not state["timed_out"]:
-            raise RunnerError("exited_before_ready",
-                              f"the source runner exited before it was ready (exit code {state.get('exit_code')}, "
-                              f"signal {state.get('exit_signal_name')}); see {output_dir}/runner.stderr", child=state)
+            return None, state
         if time.monotonic() > deadline:
-            detail = f"{ready_path} is not complete JSON" if os.path.lexists(ready_path) else f"no {ready_path}"
-            raise RunnerError("ready_timeout", f"the source runner was not ready within {timeout} s ({detail}); "
-                                               f"it is still running as pid {child['pid']}")
-        time.sleep(READY_POLL_S)
+            return None, None
+        if between is not None:
+            between()
+        time.sleep(poll_s)
 
 
 def finish(params):
@@ -299,28 +311,28 @@ def wait_restart_point(params):
         # and neither renews.
         client.renew()
         renewed = time.monotonic()
-        while True:
-            point = read_ready(path)
-            if point is not None:
-                if point.get("pid") != params["pid"]:
-                    raise RunnerError("restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "
-                                                                f"the supervised runner is pid {params['pid']}")
-                client.renew()
-                return {"changed": False, "restart_point": point}
-            state = client.wait(params["child_id"], timeout=0)
-            if not state["timed_out"]:
-                raise RunnerError("exited_before_restart_point",
-                                  f"the runner (pid {params['pid']}) exited before its restart point (exit code "
-                                  f"{state.get('exit_code')}, signal {state.get('exit_signal_name')}); see "
-                                  f"{params['output_dir']}/runner.stderr", child=state)
+
+        def renew_by_lease():
+            nonlocal renewed
             now = time.monotonic()
-            if now > deadline:
-                raise RunnerError("timeout", f"no {path} within {params['timeout']} s; the runner (pid "
-                                             f"{params['pid']}) still runs")
             if now - renewed > lease / 3:
                 client.renew()
                 renewed = now
-            time.sleep(READY_POLL_S * 5)
+
+        point, state = _await_json(client, params["child_id"], path, deadline, READY_POLL_S * 5, renew_by_lease)
+        if point is not None:
+            if point.get("pid") != params["pid"]:
+                raise RunnerError("restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "
+                                                            f"the supervised runner is pid {params['pid']}")
+            client.renew()
+            return {"changed": False, "restart_point": point}
+        if state is not None:
+            raise RunnerError("exited_before_restart_point",
+                              f"the runner (pid {params['pid']}) exited before its restart point (exit code "
+                              f"{state.get('exit_code')}, signal {state.get('exit_signal_name')}); see "
+                              f"{params['output_dir']}/runner.stderr", child=state)
+        raise RunnerError("timeout", f"no {path} within {params['timeout']} s; the runner (pid "
+                                     f"{params['pid']}) still runs")
     except SupervisorError as error:
         raise RunnerError("wait_failed", f"waiting for the restart point of child {params['child_id']} failed: "
                                          f"{error}") from None

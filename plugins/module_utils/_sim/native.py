@@ -61,7 +61,8 @@ def _require_tools(make: str, cc: str) -> None:
             )
 
 
-def _read_manifest(path: str):
+def read_manifest(path: str):
+    """The manifest at ``path``, or None when there is none (or it is not JSON): then it is (re)built."""
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
@@ -101,7 +102,7 @@ def build_native(collection_dir: str, out_dir: str, make: str = "make", cc: str 
             else:
                 manifest["observers"][name] = entry
         manifest_path = os.path.join(out_dir, MANIFEST)
-        changed = _read_manifest(manifest_path) != manifest
+        changed = read_manifest(manifest_path) != manifest
         if changed:
             atomic_write_json(manifest_path, manifest, mode=0o600)
     return changed, manifest
@@ -109,7 +110,7 @@ def build_native(collection_dir: str, out_dir: str, make: str = "make", cc: str 
 
 def remove_native(out_dir: str, check_mode: bool = False) -> bool:
     """Remove what ``build_native`` made in ``out_dir``; a directory without its manifest is left alone."""
-    manifest = _read_manifest(os.path.join(out_dir, MANIFEST))
+    manifest = read_manifest(os.path.join(out_dir, MANIFEST))
     if not os.path.isdir(out_dir):
         return False
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:

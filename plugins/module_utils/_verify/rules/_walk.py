@@ -4,11 +4,15 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import ROLES
 
-__all__ = ("MAX_PROBLEMS_SHOWN", "ROLES", "each_ledger", "enabled_rails", "rounds")
+__all__ = ("MAX_PROBLEMS_SHOWN", "ROLES", "each_ledger", "enabled_rails", "rounds", "runner_starts")
 
 MAX_PROBLEMS_SHOWN = 5
+_GENERATION_DIR = re.compile(r"g([1-9][0-9]{0,5})", re.ASCII)
 
 
 def each_ledger(case, roles=ROLES):
@@ -27,3 +31,27 @@ def rounds(case, roles=ROLES):
 
 def enabled_rails(case):
     return set(case.workload["rails"])
+
+
+def _generation_of(start):
+    """The generation a runner start was for: its --output directory ``.../<role>/g<N>``; None if none."""
+    argv = start.get("argv")
+    if not isinstance(argv, list) or "--output" not in argv:
+        return None
+    index = argv.index("--output") + 1
+    if index >= len(argv) or not isinstance(argv[index], str):
+        return None
+    match = _GENERATION_DIR.fullmatch(os.path.basename(os.path.normpath(argv[index])))
+    return int(match.group(1)) if match else None
+
+
+def runner_starts(case, role):
+    """{generation: [child_start events]} of the role's journal, read once per case."""
+    key = ("runner_starts", role)
+    if key not in case.memo:
+        found = {}
+        for event in case.journals[role].data["events"]:
+            if event.get("ev") == "child_start":
+                found.setdefault(_generation_of(event), []).append(event)
+        case.memo[key] = found
+    return case.memo[key]

@@ -14,15 +14,17 @@ docs/verifier.md, "Bound identity", lists what binds what.
 from __future__ import annotations
 
 import os
-import re
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import EVERY_RUN, declare, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES, each_ledger
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
+    ROLES,
+    each_ledger,
+    runner_starts,
+)
 
 RUNNER_CASE_SCHEMA = ("orbite.runner-case", 1)
 EPOCH_LIMIT = 1 << 63
-_GENERATION_DIR = re.compile(r"g([1-9][0-9]{0,5})", re.ASCII)
 
 declare("run.diagnostic", "run", "no defect switch was on (`run.json` `defects`): a run with any is diagnostic and "
         "never PASSes, whatever its cases say", applies=EVERY_RUN, witness=("plan",))
@@ -51,34 +53,10 @@ def _no_plan(case):
 # --- what the journals say each generation's runner was -------------------------------------------
 
 
-def _generation_of(start):
-    """The generation a runner start was for: its --output directory ``.../<role>/g<N>``; None if none."""
-    argv = start.get("argv")
-    if not isinstance(argv, list) or "--output" not in argv:
-        return None
-    index = argv.index("--output") + 1
-    if index >= len(argv) or not isinstance(argv[index], str):
-        return None
-    match = _GENERATION_DIR.fullmatch(os.path.basename(os.path.normpath(argv[index])))
-    return int(match.group(1)) if match else None
-
-
-def _starts(case, role):
-    """{generation: [child_start events]} of the role's journal."""
-    key = ("identity.starts", role)
-    if key not in case.memo:
-        found = {}
-        for event in case.journals[role].data["events"]:
-            if event.get("ev") == "child_start":
-                found.setdefault(_generation_of(event), []).append(event)
-        case.memo[key] = found
-    return case.memo[key]
-
-
 def _start(case, role, generation):
     """The one runner start the journal shows for this role and generation (installed-restart's survivor:
     its generation 1 start, for every generation), or None."""
-    found = _starts(case, role).get(lifecycle.process_generation(case.profile, role, generation), [])
+    found = runner_starts(case, role).get(lifecycle.process_generation(case.profile, role, generation), [])
     return found[0] if len(found) == 1 else None
 
 
@@ -169,7 +147,7 @@ def check_processes(case):
     problems = []
     for role in ROLES:
         path = case.journals[role].path
-        starts = _starts(case, role)
+        starts = runner_starts(case, role)
         for generation in case.generations():
             started = lifecycle.process_generation(case.profile, role, generation)
             found = starts.get(started, [])

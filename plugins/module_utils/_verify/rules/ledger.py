@@ -23,10 +23,18 @@ def _recorded_check_failures(ledger):
     return failed
 
 
-def _destination_parents(case):
-    for role, generation, rnd, where in rounds(case, (case.destination_role(),)):
+def _destination_checks(case, key, what, problems):
+    """Yield (label, check, where) for each destination parent's recorded check ``key``; a parent without one
+    is a problem of its own, appended here."""
+    for _role, generation, rnd, where in rounds(case, (case.destination_role(),)):
         for index, parent in enumerate(rnd["parents"]):
-            yield role, generation, rnd, parent, f"{where}.parents[{index}]"
+            check = parent.get(key)
+            label = f"g{generation} round {rnd['round']} parent {parent['parent']}"
+            where_parent = f"{where}.parents[{index}]"
+            if isinstance(check, dict):
+                yield label, check, where_parent
+            else:
+                problems.append((f"{label}: no {what} check recorded on the destination side", where_parent))
 
 
 @rule("ledger.identity", "ledger", "each ledger is of the case's role, generation, mode and profile", witness=("plan",))
@@ -130,12 +138,8 @@ def check_fresh_input(case):
 def check_bytes(case):
     problems = []
     payload = case.profile["payload"]
-    for _role, generation, rnd, parent, where in _destination_parents(case):
-        check = parent.get("byte_check")
-        label = f"g{generation} round {rnd['round']} parent {parent['parent']}"
-        if not isinstance(check, dict):
-            problems.append((f"{label}: no byte check recorded on the destination side", where))
-        elif check.get("checked_bytes") != payload or check.get("mismatched_bytes") != 0 or check.get("ok") is not True:
+    for label, check, where in _destination_checks(case, "byte_check", "byte", problems):
+        if check.get("checked_bytes") != payload or check.get("mismatched_bytes") != 0 or check.get("ok") is not True:
             problems.append(
                 (
                     f"{label}: byte check {check.get('checked_bytes')!r} checked of {payload}, "
@@ -149,12 +153,7 @@ def check_bytes(case):
 @rule("ledger.guards", "ledger", "every guard around every destination was checked and unchanged", witness=("runner",))
 def check_guards(case):
     problems = []
-    for _role, generation, rnd, parent, where in _destination_parents(case):
-        check = parent.get("guard_check")
-        label = f"g{generation} round {rnd['round']} parent {parent['parent']}"
-        if not isinstance(check, dict):
-            problems.append((f"{label}: no guard check recorded on the destination side", where))
-            continue
+    for label, check, where in _destination_checks(case, "guard_check", "guard", problems):
         guard = check.get("guard_bytes")
         changed = (check.get("leading_changed"), check.get("trailing_changed"))
         if not isinstance(guard, int) or guard <= 0 or changed != (0, 0) or check.get("ok") is not True:

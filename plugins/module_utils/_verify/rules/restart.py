@@ -16,12 +16,10 @@ rules here hold the rest against the journals, the peer's ledgers and the profil
 
 from __future__ import annotations
 
-import os
-
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES, runner_starts
 
 MRS_PER_CONTEXT = 2  # a data MR and a ctrl MR per context: four persistent MRs per peer
 PROBED = ("open_segment", "submit")
@@ -39,14 +37,6 @@ def _restart(ledger):
 
 def _journal_events(case, role, name):
     return [e for e in case.journals[role].data["events"] if e.get("ev") == name]
-
-
-def _output_generation(event):
-    argv = event.get("argv")
-    if not isinstance(argv, list) or "--output" not in argv or argv.index("--output") + 1 >= len(argv):
-        return None
-    name = os.path.basename(os.path.normpath(str(argv[argv.index("--output") + 1])))
-    return int(name[1:]) if name[:1] == "g" and name[1:].isdigit() else None
 
 
 def _told(start):
@@ -101,7 +91,7 @@ def check_kill_point(case):
     for role, generation in lifecycle.expected_kills(case.profile):
         path = case.journals[role].path
         events = case.journals[role].data["events"]
-        starts = {_output_generation(e): e for e in events if e.get("ev") == "child_start"}
+        starts = {g: found[-1] for g, found in runner_starts(case, role).items()}
         start, after = starts.get(generation), starts.get(generation + 1)
         if start is None or after is None:
             problems.append((f"{role} g{generation}: the journal has no start of this runner or of its replacement",
@@ -171,9 +161,7 @@ def check_replacement(case):
     fault, _survivor = lifecycle.restart_roles(case.profile)
     problems = []
     path = case.journals[fault].path
-    starts = {}
-    for event in _journal_events(case, fault, "child_start"):
-        starts.setdefault(_output_generation(event), []).append(event)
+    starts = runner_starts(case, fault)
     pids = []
     first = case.ledger(fault, 1)
     source_address = case.ledger("source", 1).get("service_address")
