@@ -7,15 +7,12 @@ every lock free afterwards; one defect switch, on a small profile, must fail exa
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import gate
 
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 CASES = ["source-g2-read-polling", "requester-g2-write-events", "source-g3-write-events", "requester-g3-read-polling"]
@@ -30,46 +27,17 @@ SMALL_RESTART_PROFILE = {
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, repo_root, ansible_env):
-    lab_dir = tmp_path_factory.mktemp("lab") / "sim-lab"
-    cmd = [str(BIN / "ansible-playbook"), "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab_dir}"]
-    subprocess.run(cmd, cwd=repo_root, env=ansible_env, check=True, capture_output=True, timeout=300)
-    yield lab_dir
-    subprocess.run([*cmd, "-e", "sim_lab_state=absent"], cwd=repo_root, env=ansible_env, check=False,
-                   capture_output=True, timeout=300)
+    yield from gate.sim_lab(tmp_path_factory, repo_root, ansible_env)
 
 
 def _gate(repo_root, ansible_env, lab, runs, extra, **popen):
-    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/sim", "playbooks/restart.yml",
-           "-e", f"sim_lab_dir={lab}", "-e", f"orbite_output_dir={runs}", "-e", json.dumps(extra)]
-    if popen:
-        return subprocess.Popen(cmd, cwd=repo_root, env=ansible_env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, **popen)
-    return subprocess.run(cmd, cwd=repo_root, env=ansible_env, capture_output=True, text=True, timeout=1500,
-                          check=False)
-
-
-def _verdict(runs):
-    (run_dir,) = [p for p in Path(runs).iterdir() if p.is_dir()]
-    return json.loads((run_dir / "verdict.json").read_text()), run_dir
-
-
-def _locks_free(lab):
-    import fcntl
-
-    for lock in Path(lab).glob("*/run/orbite/locks/*.lock"):
-        with open(lock) as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    return True
+    return gate.run_gate(repo_root, ansible_env, lab, runs, "restart.yml", extra, timeout=1500, **popen)
 
 
 def test_restart_playbook_passes_its_frozen_cases(repo_root, ansible_env, lab, tmp_path):
     result = _gate(repo_root, ansible_env, lab, tmp_path, {})
     assert result.returncode == 0, result.stdout[-4000:]
-    verdict, run_dir = _verdict(tmp_path)
+    verdict, run_dir = gate.verdict(tmp_path)
     assert verdict["verdict"] == "PASS" and verdict["complete"]
     assert [c["case"] for c in verdict["cases"]] == CASES
     for case in verdict["cases"]:
@@ -81,7 +49,7 @@ def test_restart_playbook_passes_its_frozen_cases(repo_root, ansible_env, lab, t
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     assert [e["signal_name"] for e in events if e.get("ev") == "signal"] == ["SIGKILL", "SIGKILL"]
     assert [e.get("exit_signal_name") for e in events if e.get("ev") == "child_exit"] == ["SIGKILL", "SIGKILL", None]
-    assert _locks_free(lab)
+    assert gate.locks_free(lab)
 
 
 def test_a_restart_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path):
@@ -90,22 +58,10 @@ def test_a_restart_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_e
     result = _gate(repo_root, ansible_env, lab, tmp_path / "runs",
                    {"orbite_profile_file": str(profile), "orbite_runner_defects": ["stale_epoch_accepted"]})
     assert result.returncode != 0
-    verdict, _ = _verdict(tmp_path / "runs")
+    verdict, _ = gate.verdict(tmp_path / "runs")
     assert verdict["verdict"] == "FAIL"
     assert set(verdict["failed_codes"]) - {"run.diagnostic"} == {"restart.stale_refused"}, verdict["failed_codes"]
-    assert _locks_free(lab)
-
-
-def _supervisor_pids(lab):
-    pids = []
-    for pid_file in Path(lab).glob("*/run/orbite/supervisors/*/supervisor.pid"):
-        try:
-            pid = int(pid_file.read_text().split()[0])
-            os.kill(pid, 0)
-            pids.append(pid)
-        except (ValueError, IndexError, ProcessLookupError, FileNotFoundError):
-            continue
-    return pids
+    assert gate.locks_free(lab)
 
 
 def _alive(pid):
@@ -131,29 +87,19 @@ def test_a_controller_killed_at_a_restart_point_leaves_incomplete_and_nothing_ru
                  start_new_session=True)
     points = [Path(lab) / host / "var" / "tmp" / "orbite" / run_id / CASES[1] / role / "g1" / "restart-point.json"
               for host, role in (("sim-a", "source"), ("sim-b", "requester"))]
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and proc.poll() is None:
-            if list((tmp_path / "runs").glob("*/verdict.json")) and all(p.exists() for p in points):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the gate finished before it could be killed"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    gate.kill_when(proc, lambda: list((tmp_path / "runs").glob("*/verdict.json")) and all(
+        p.exists() for p in points), 600)
     runners = [json.loads(p.read_text())["pid"] for p in points]
-    verdict, _run_dir = _verdict(tmp_path / "runs")
+    verdict, _run_dir = gate.verdict(tmp_path / "runs")
     assert verdict["complete"] is False and verdict["verdict"] == "INCOMPLETE"
     assert [(c["case"], c["verdict"]) for c in verdict["cases"]] == [(CASES[0], "PASS")] + [
         (case, "INCOMPLETE") for case in CASES[1:]]
     deadline = time.monotonic() + lease + 30
-    while time.monotonic() < deadline and (_supervisor_pids(lab) or not _locks_free(lab)
+    while time.monotonic() < deadline and (gate.supervisor_pids(lab) or not gate.locks_free(lab)
                                            or any(_alive(pid) for pid in runners)):
         time.sleep(0.5)
-    assert not _supervisor_pids(lab), "a supervisor outlived its lease"
-    assert _locks_free(lab), "a lock outlived its supervisor's lease"
+    assert not gate.supervisor_pids(lab), "a supervisor outlived its lease"
+    assert gate.locks_free(lab), "a lock outlived its supervisor's lease"
     assert not [pid for pid in runners if _alive(pid)], "a runner outlived its supervisor"
     journals = list(Path(lab).glob(f"*/run/orbite/supervisors/{run_id}-{CASES[1]}/journal.jsonl"))
     assert len(journals) == 2

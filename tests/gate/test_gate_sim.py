@@ -4,7 +4,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import gate
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
@@ -25,27 +25,7 @@ SMALL_HOST_PROFILE = {
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, repo_root, ansible_env):
-    lab_dir = tmp_path_factory.mktemp("lab") / "sim-lab"
-    cmd = [str(BIN / "ansible-playbook"), "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab_dir}"]
-    subprocess.run(cmd, cwd=repo_root, env=ansible_env, check=True, capture_output=True, timeout=300)
-    yield lab_dir
-    subprocess.run([*cmd, "-e", "sim_lab_state=absent"], cwd=repo_root, env=ansible_env, check=False,
-                   capture_output=True, timeout=300)
-
-
-def _gate(repo_root, ansible_env, lab, runs, playbook, extra, **popen):
-    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/sim", f"playbooks/{playbook}",
-           "-e", f"sim_lab_dir={lab}", "-e", f"orbite_output_dir={runs}", "-e", json.dumps(extra)]
-    if popen:
-        return subprocess.Popen(cmd, cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, **popen)
-    return subprocess.run(cmd, cwd=repo_root, env=ansible_env, capture_output=True, text=True, timeout=600,
-                          check=False)
-
-
-def _verdict(runs):
-    (run_dir,) = [p for p in Path(runs).iterdir() if p.is_dir()]
-    return json.loads((run_dir / "verdict.json").read_text()), run_dir
+    yield from gate.sim_lab(tmp_path_factory, repo_root, ansible_env)
 
 
 def _three_formats(run_dir):
@@ -58,81 +38,46 @@ def _three_formats(run_dir):
     return verdict, int(junit.get("failures")), failing, title
 
 
-def _locks_free(lab):
-    """Every RNIC lock of both hosts can be taken at once (an independent flock probe)."""
-    for lock in Path(lab).glob("*/run/orbite/locks/*.lock"):
-        with open(lock) as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    return True
-
-
-def _supervisor_pids(lab):
-    pids = []
-    for pid_file in Path(lab).glob("*/run/orbite/supervisors/*/supervisor.pid"):
-        try:
-            pid = int(pid_file.read_text().split()[0])
-            os.kill(pid, 0)
-            pids.append(pid)
-        except (ValueError, IndexError, ProcessLookupError, FileNotFoundError):
-            continue
-    return pids
-
-
 def test_rail_accounting_with_discovery_passes(repo_root, ansible_env, lab, tmp_path):
-    result = _gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",
-                   {"orbite_profile_file": str(repo_root / "profiles" / "rail_accounting_discovery.json")})
+    result = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",
+                           {"orbite_profile_file": str(repo_root / "profiles" / "rail_accounting_discovery.json")})
     assert result.returncode == 0, result.stdout[-4000:]
-    verdict, run_dir = _verdict(tmp_path)
+    verdict, run_dir = gate.verdict(tmp_path)
     assert verdict["verdict"] == "PASS" and verdict["complete"]
     assert [c["case"] for c in verdict["cases"]] == ["read-polling", "write-events"]
     codes = {f["code"] for c in verdict["cases"] for f in c["findings"] if f["status"] == "PASS"}
     assert {"discovery.nics", "accounting.outstanding", "journal.locks"} <= codes
     assert (run_dir / "verdict.xml").exists() and (run_dir / "verdict.md").exists()
     assert "orbite_verdict" in result.stdout or "verdict: PASS" in result.stdout
-    assert _locks_free(lab) and not _supervisor_pids(lab)
+    assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
 
 
 def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path):
     profile = tmp_path / "small.json"
     profile.write_text(json.dumps(SMALL_HOST_PROFILE))
-    result = _gate(repo_root, ansible_env, lab, tmp_path / "runs", "installed_host.yml",
-                   {"orbite_profile_file": str(profile), "orbite_runner_defects": ["corrupt_byte"]})
+    result = gate.run_gate(repo_root, ansible_env, lab, tmp_path / "runs", "installed_host.yml",
+                           {"orbite_profile_file": str(profile), "orbite_runner_defects": ["corrupt_byte"]})
     assert result.returncode != 0
-    verdict, _ = _verdict(tmp_path / "runs")
+    verdict, _ = gate.verdict(tmp_path / "runs")
     # A run with a defect switch is diagnostic (run.diagnostic); the case fails exactly its rule.
     assert verdict["verdict"] == "FAIL" and sorted(verdict["failed_codes"]) == ["ledger.bytes", "run.diagnostic"]
     case_codes = [f["code"] for c in verdict["cases"] for f in c["findings"] if f["status"] == "FAIL"]
     assert case_codes == ["ledger.bytes"]
     assert "qualification verdict FAIL: failed rules" in result.stdout and "ledger.bytes" in result.stdout
-    assert _locks_free(lab)
+    assert gate.locks_free(lab)
 
 
 def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(repo_root, ansible_env, lab,
                                                                               tmp_path):
     lease = 8
     run_id = f"killed-{os.getpid()}-{int(time.time())}"  # the lab is shared with the other tests' runs
-    proc = _gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",
-                 {"orbite_lease": str(lease), "orbite_run_id": run_id},  # survey values arrive as strings
-                 start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            # Case 1 verified, and case 2's source listening under its supervisor: kill now.
-            if list(Path(tmp_path).glob("*/verdict.json")) and list(
-                    Path(lab).glob(f"sim-a/var/tmp/orbite/{run_id}/write-events/source/g1/ready.json")):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the gate finished before it could be killed"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    verdict, run_dir = _verdict(tmp_path)
+    proc = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",
+                         {"orbite_lease": str(lease), "orbite_run_id": run_id},  # survey values arrive as strings
+                         start_new_session=True)
+    # Case 1 verified, and case 2's source listening under its supervisor: kill now.
+    gate.kill_when(proc, lambda: list(Path(tmp_path).glob("*/verdict.json")) and list(
+        Path(lab).glob(f"sim-a/var/tmp/orbite/{run_id}/write-events/source/g1/ready.json")), 300)
+    verdict, run_dir = gate.verdict(tmp_path)
     assert verdict["complete"] is False
     assert [(c["case"], c["verdict"]) for c in verdict["cases"]] == [("read-polling", "PASS"),
                                                                     ("write-events", "INCOMPLETE")]
@@ -140,12 +85,12 @@ def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(re
     status, failures, failing, title = _three_formats(run_dir)
     assert status == "INCOMPLETE" and title == "# Verdict: INCOMPLETE" and failures >= 1
     assert ("write-events", "verification") in failing and ("run", "run.incomplete") in failing
-    assert _supervisor_pids(lab), "case 2's supervisors should still hold the locks right after the kill"
+    assert gate.supervisor_pids(lab), "case 2's supervisors should still hold the locks right after the kill"
     deadline = time.monotonic() + lease + 30
-    while time.monotonic() < deadline and (_supervisor_pids(lab) or not _locks_free(lab)):
+    while time.monotonic() < deadline and (gate.supervisor_pids(lab) or not gate.locks_free(lab)):
         time.sleep(0.5)
-    assert not _supervisor_pids(lab), "a supervisor outlived its lease"
-    assert _locks_free(lab), "a lock outlived its supervisor's lease"
+    assert not gate.supervisor_pids(lab), "a supervisor outlived its lease"
+    assert gate.locks_free(lab), "a lock outlived its supervisor's lease"
     journals = list(Path(lab).glob(f"*/run/orbite/supervisors/{run_id}-write-events/journal.jsonl"))
     assert len(journals) == 2
     for journal in journals:
@@ -160,16 +105,16 @@ def test_a_held_rnic_lock_fails_the_case_by_name_and_leaves_nothing_held(repo_ro
         Path(lab) / "sim-a" / "run" / "orbite" / "locks" / "mlx5_1.lock")
     with open(lock, "a+") as handle:  # another owner holds sim-a's mlx5_1
         fcntl.flock(handle, fcntl.LOCK_EX)
-        result = _gate(repo_root, ansible_env, lab, tmp_path / "runs", "installed_host.yml",
-                       {"orbite_profile_file": str(profile), "orbite_lock_timeout": "1"})
+        result = gate.run_gate(repo_root, ansible_env, lab, tmp_path / "runs", "installed_host.yml",
+                               {"orbite_profile_file": str(profile), "orbite_lock_timeout": "1"})
     assert result.returncode != 0
-    verdict, _ = _verdict(tmp_path / "runs")
+    verdict, _ = gate.verdict(tmp_path / "runs")
     assert verdict["failed_codes"][0] == "case.node_failure"
     (finding,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "case.node_failure"]
     assert "source on sim-a" in finding["message"] and "mlx5_1" in finding["message"]
     assert "left no record" in finding["message"] or "empty lock file" in finding["message"]
     assert "Traceback" not in result.stdout
-    assert _locks_free(lab) and not _supervisor_pids(lab)
+    assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
@@ -209,4 +154,4 @@ exit $rc
     assert short["cases"][1]["verdict"] == "FAIL"  # its receipts never arrived: a coded receipt.* FAIL
     assert {f["code"] for f in short["cases"][1]["findings"]} & {"receipt.missing", "receipt.truncated",
                                                                   "receipt.malformed"}
-    assert _locks_free(lab) and not _supervisor_pids(lab)
+    assert gate.locks_free(lab) and not gate.supervisor_pids(lab)

@@ -19,6 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.receipts import reorder
+
 ROLES = ("source", "requester")
 SUCCESS = "SUCCESS"
 
@@ -740,14 +742,6 @@ def naive_disagreements(files):
 def noop_rewrite(case_dir):
     """Rewrite every receipt without changing a fact: keys in reverse order, re-indented, an unknown
     field added to every document and log line."""
-
-    def reorder(value):
-        if isinstance(value, dict):
-            return {key: reorder(value[key]) for key in reversed(list(value))}
-        if isinstance(value, list):
-            return [reorder(item) for item in value]
-        return value
-
     for path in sorted(Path(case_dir).rglob("*.json")):
         data = reorder(json.loads(path.read_text()))
         data["x_unknown"] = {"by": "a no-op rewrite", "nested": [1, {"deep": None}]}

@@ -1,6 +1,8 @@
 """Shared helpers of the supervisor tests: a fake host root, journal reading, process liveness."""
 
+import contextlib
 import json
+import os
 import sys
 import time
 
@@ -41,3 +43,27 @@ def wait_dead(pid, timeout=10.0):
     while alive(pid):
         assert time.monotonic() < deadline, f"pid {pid} still alive"
         time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def supervised_host(base, run_id="run-1"):
+    """A real supervisor of run_id over mlx5_0 on a fake host root at base/host: (root, run_dir);
+    stopped, its children killed, on the way out."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
+        SupervisorClient,
+        SupervisorNotRunning,
+        start_supervisor,
+    )
+
+    root = make_root(base / "host")
+    run_dir = os.path.join(root, "run", "orbite", "supervisors", run_id)
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    start_supervisor(run_dir, run_id, ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
+                     lease=120, lock_timeout=5)
+    try:
+        yield root, run_dir
+    finally:
+        try:
+            SupervisorClient(run_dir).stop(force=True)
+        except SupervisorNotRunning:
+            pass

@@ -126,15 +126,26 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
             if profile.get("discovery") == "auto":
                 _save_inventory(roots[role], case_dir / role / "g1" / "inventory-after.json")
     finally:
-        for role, client in clients.items():
-            client.stop(force=True)
-            shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
-    hosts = {"source": profile["source"], "requester": profile["requester"]}
-    (case_dir / "case.json").write_text(json.dumps(
-        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile, "hosts": hosts,
-         "supervisor_run_id": f"{run_id}-{case_id}", "registrations": registrations}))
-    write_plan(run_dir, case_id, profile, defects)
+        stop_supervisors(clients, case_dir)
+    write_case(run_dir, case_id, profile, registrations, defects)
     return case_dir
+
+
+def stop_supervisors(clients, case_dir):
+    """Stop each role's supervisor and keep its journal beside the role's receipts."""
+    for role, client in clients.items():
+        client.stop(force=True)
+        shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
+
+
+def write_case(run_dir, case_id, profile, registrations, defects=()):
+    """The case's own case.json (hosts, supervisor run id, registrations) and the run's run.json."""
+    run_dir = Path(run_dir)
+    hosts = {"source": profile["source"], "requester": profile["requester"]}
+    (run_dir / "cases" / case_id / "case.json").write_text(json.dumps(
+        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile, "hosts": hosts,
+         "supervisor_run_id": f"{run_dir.name}-{case_id}", "registrations": registrations}))
+    write_plan(run_dir, case_id, profile, defects)
 
 
 def write_plan(run_dir, case_id, profile, defects=()):

@@ -10,7 +10,6 @@ replacement starts in the next generation's directory with the same service addr
 
 import json
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -96,12 +95,6 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
             if clients[role].wait(current[role]["child_id"], timeout=timeout)["timed_out"]:
                 raise RuntimeError(f"{role} runner still running after {timeout} s")
     finally:
-        for role, client in clients.items():
-            client.stop(force=True)
-            shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
-    hosts = {"source": profile["source"], "requester": profile["requester"]}
-    (case_dir / "case.json").write_text(json.dumps(
-        {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile, "hosts": hosts,
-         "supervisor_run_id": f"{run_id}-{case_id}", "registrations": registrations}))
-    sim_pair.write_plan(run_dir, case_id, profile, defects)
+        sim_pair.stop_supervisors(clients, case_dir)
+    sim_pair.write_case(run_dir, case_id, profile, registrations, defects)
     return case_dir

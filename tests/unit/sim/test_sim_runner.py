@@ -150,21 +150,6 @@ def assert_healthy(result, prof):
     return workload
 
 
-def observed_parents_in_flight(result):
-    """Most distinct parents in flight per QPN, replayed from the observer log (parents from the ledger)."""
-    parent_of = {(w["qpn"], w["wr_id"]): w["parent"] for r in result["requester"]["rounds"] for w in r["wrs"]}
-    flight, most = {}, {}
-    for line in result["observer"]:
-        if line.get("ev") in ("wr", "cqe"):
-            qp = flight.setdefault(line["qpn"], {})
-            if line["ev"] == "wr":
-                qp[line["wr_id"]] = parent_of[(line["qpn"], line["wr_id"])]
-            else:
-                qp.pop(line["wr_id"], None)
-            most[line["qpn"]] = max(most.get(line["qpn"], 0), len(set(qp.values())))
-    return most
-
-
 @pytest.mark.slow
 def test_rail_accounting_read_polling_counts_the_seed_figures(tmp_path):
     prof = H.profile("installed-rail-accounting", "read", False)
@@ -179,7 +164,7 @@ def test_rail_accounting_read_polling_counts_the_seed_figures(tmp_path):
             assert usage["wrs_posted"] == 32
             assert usage["max_outstanding_parents"] >= workload["min_outstanding_parents_per_rail_qp"]
     # The observer's own record shows several parents in flight on each rail's shared QP too.
-    observed = observed_parents_in_flight(result)
+    observed = H.observed_parents(result)
     assert len(observed) == 2 and min(observed.values()) >= workload["min_outstanding_parents_per_rail_qp"]
 
 

@@ -91,24 +91,8 @@ def facts(result):
     out["observer.summary"] = _j((summary["accepted_wrs"], summary["joined"], summary["unjoined"]))
     out["observer.max_inflight"] = _j(sorted((req_qp_index[int(k)], v)
                                              for k, v in summary["max_inflight_per_qp"].items()))
-    out["observer.max_parents"] = _j(sorted((req_qp_index[qpn], v) for qpn, v in observed_parents(result).items()))
+    out["observer.max_parents"] = _j(sorted((req_qp_index[qpn], v) for qpn, v in H.observed_parents(result).items()))
     return out
-
-
-def observed_parents(result):
-    """Most distinct parents in flight per QPN as the observer log shows them (the native observer
-    writes no parent figure without a parent-encoding WR ID: the parents come from the ledger's WRs)."""
-    parent_of = {(w["qpn"], w["wr_id"]): w["parent"] for r in result["requester"]["rounds"] for w in r["wrs"]}
-    flight, most = {}, {}
-    for line in result["observer"]:
-        if line.get("ev") in ("wr", "cqe"):
-            qp = flight.setdefault(line["qpn"], {})
-            if line["ev"] == "wr":
-                qp[line["wr_id"]] = parent_of[(line["qpn"], line["wr_id"])]
-            else:
-                qp.pop(line["wr_id"], None)
-            most[line["qpn"]] = max(most.get(line["qpn"], 0), len(set(qp.values())))
-    return most
 
 
 _BASELINES = {}

@@ -5,18 +5,13 @@ hung the module forever, and a run or registration name with a trailing newline 
 Each case here is a coded failure instead.
 """
 
-import os
 import sys
 
 import pytest
 from helpers.modules import run_module as run_helper
-from helpers.node_root import make_root
+from helpers.node_root import supervised_host
 
-from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
-    SupervisorClient,
-    SupervisorNotRunning,
-    start_supervisor,
-)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import SupervisorClient
 
 BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
 
@@ -50,16 +45,8 @@ def run_module(tmp_path, timeout=60, **args):
 
 @pytest.fixture
 def supervisor(tmp_path):
-    make_root(tmp_path / "host")
-    root = str(tmp_path / "host")
-    run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
-    start_supervisor(run_dir, "run-1", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
-                     lease=120, lock_timeout=5)
-    yield run_dir
-    try:
-        SupervisorClient(run_dir).stop(force=True)
-    except SupervisorNotRunning:
-        pass
+    with supervised_host(tmp_path) as (_root, run_dir):
+        yield run_dir
 
 
 @pytest.fixture

@@ -5,18 +5,12 @@ never fired and a launch without argv reached the supervisor; these tests fail o
 """
 
 import hashlib
-import os
 import sys
 
 import pytest
 from helpers.modules import run_module as run_helper
-from helpers.node_root import make_root
+from helpers.node_root import supervised_host
 
-from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
-    SupervisorClient,
-    SupervisorNotRunning,
-    start_supervisor,
-)
 
 BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
 
@@ -52,17 +46,8 @@ def test_options_of_other_actions_are_not_required(tmp_path):
 @pytest.fixture
 def supervisor(tmp_path):
     """A real supervisor on a minimal fake host root; stopped (children killed) afterwards."""
-    make_root(tmp_path / "host")
-    root = str(tmp_path / "host")
-    run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
-    os.makedirs(os.path.dirname(run_dir))
-    start_supervisor(run_dir, "run-1", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
-                     lease=120, lock_timeout=5)
-    yield root
-    try:
-        SupervisorClient(run_dir).stop(force=True)
-    except SupervisorNotRunning:
-        pass
+    with supervised_host(tmp_path) as (root, _run_dir):
+        yield root
 
 
 def test_launch_wait_and_signal_through_the_module(tmp_path, supervisor):

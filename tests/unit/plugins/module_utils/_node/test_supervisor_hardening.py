@@ -302,6 +302,16 @@ def test_stop_of_a_hung_supervisor_escalates_term_then_kill(node, tmp_path):
 # 5. accept errors
 
 
+def _answers_while_idle(client, pid, child, idle):
+    """While the ``idle`` connections hang, the same supervisor answers and it and its child live; then they close."""
+    try:
+        assert _status_eventually(client)["pid"] == pid
+        assert alive(pid) and alive(child["pid"])
+    finally:
+        for sock in idle:
+            sock.close()
+
+
 def _connect_idle(path, n):
     """n connections that never send a request (as many as the backlog takes)."""
     socks = []
@@ -347,12 +357,7 @@ def test_accept_errors_never_end_the_supervisor(node):
     resource.prlimit(pid, resource.RLIMIT_NOFILE, (64, 64))
     idle = _connect_idle(client.socket_path, 70)
     assert len(idle) > 64
-    try:
-        assert _status_eventually(client)["pid"] == pid
-        assert alive(pid) and alive(child["pid"])
-    finally:
-        for sock in idle:
-            sock.close()
+    _answers_while_idle(client, pid, child, idle)
     deadline = time.monotonic() + 10
     while _fd_count(pid) > baseline and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -360,12 +365,7 @@ def test_accept_errors_never_end_the_supervisor(node):
     resource.prlimit(pid, resource.RLIMIT_NOFILE, (baseline + 3, baseline + 3))
     idle = _connect_idle(client.socket_path, 20)
     assert len(idle) == 20
-    try:
-        assert _status_eventually(client)["pid"] == pid
-        assert alive(pid) and alive(child["pid"])
-    finally:
-        for sock in idle:
-            sock.close()
+    _answers_while_idle(client, pid, child, idle)
     assert _status_eventually(client)["children"][0]["running"] is True
     assert events(client.journal_path, "accept_error")  # seen, journaled, survived
     client.stop(force=True)

@@ -1,18 +1,12 @@
 """runner state=restart_point (installed-restart, docs/restart.md): the controller's kill point is the
 runner's own restart-point.json, watched together with the runner's life, never a timer."""
 
-import os
 import sys
 
 import pytest
 from helpers.modules import run_module as run_helper
-from helpers.node_root import make_root
+from helpers.node_root import supervised_host
 
-from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
-    SupervisorClient,
-    SupervisorNotRunning,
-    start_supervisor,
-)
 
 # A fake runner: ready.json at once, then what ORBITE_TEST_POINT says after a moment.
 FAKE_RUNNER = """#!{python}
@@ -33,16 +27,8 @@ time.sleep(60)
 
 @pytest.fixture
 def supervisor(tmp_path):
-    make_root(tmp_path / "host")
-    root = str(tmp_path / "host")
-    run_dir = os.path.join(root, "run", "orbite", "supervisors", "run-1")
-    start_supervisor(run_dir, "run-1", ["mlx5_0"], os.path.join(root, "run", "orbite", "locks"), root=root,
-                     lease=120, lock_timeout=5)
-    yield run_dir
-    try:
-        SupervisorClient(run_dir).stop(force=True)
-    except SupervisorNotRunning:
-        pass
+    with supervised_host(tmp_path) as (_root, run_dir):
+        yield run_dir
 
 
 def _started(tmp_path, run_dir, kind):

@@ -17,6 +17,7 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import pytest
+from helpers.receipts import edit_json, edit_lines, reorder
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
@@ -43,7 +44,7 @@ def run(clean, tmp_path):
     """A copy of the clean run planning case ``ra`` only (``ih`` stays on disk, unplanned)."""
     run_dir = tmp_path / "run"
     shutil.copytree(clean, run_dir, ignore=shutil.ignore_patterns("supervisors"))
-    _edit(run_dir / "run.json", lambda plan: plan.update(cases=["ra"]))
+    edit_json(run_dir / "run.json", lambda plan: plan.update(cases=["ra"]))
     return run_dir
 
 
@@ -51,7 +52,7 @@ def run(clean, tmp_path):
 def baseline(clean, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("baseline") / "run"
     shutil.copytree(clean, run_dir, ignore=shutil.ignore_patterns("supervisors"))
-    _edit(run_dir / "run.json", lambda plan: plan.update(cases=["ra"]))
+    edit_json(run_dir / "run.json", lambda plan: plan.update(cases=["ra"]))
     return verify_run(str(run_dir), write=False)["failed_codes"]
 
 
@@ -61,19 +62,6 @@ def _failed_beyond(run_dir, baseline):
 
 
 # --- editing receipts --------------------------------------------------------------------------
-
-
-def _edit(path, change):
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
-def _edit_lines(path, change):
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    for line in lines:
-        change(line)
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _case(run_dir, case_id="ra"):
@@ -90,11 +78,17 @@ def _journal(run_dir, role):
 
 def _ledgers(run_dir, change):
     for role in ROLES:
-        _edit(_ledger(run_dir, role), lambda ledger, role=role: change(role, ledger))
+        edit_json(_ledger(run_dir, role), lambda ledger, role=role: change(role, ledger))
 
 
 def _events(run_dir, role, ev, change):
-    _edit_lines(_journal(run_dir, role), lambda line: change(line) if line.get("ev") == ev else None)
+    def each(lines):
+        for line in lines:
+            if line.get("ev") == ev:
+                change(line)
+        return lines
+
+    edit_lines(_journal(run_dir, role), each)
 
 
 def _tell(run_dir, role, change):
@@ -146,7 +140,7 @@ def another_case(run_dir):
 
 def run_json_edited(run_dir):
     """run.json claims a heavier profile was qualified than case.json (and every receipt) shows."""
-    _edit(run_dir / "run.json", lambda plan: plan["profiles"]["ra"].update(payload=8 << 20))
+    edit_json(run_dir / "run.json", lambda plan: plan["profiles"]["ra"].update(payload=8 << 20))
 
 
 def observer_of_another_process(run_dir):
@@ -174,7 +168,7 @@ def hidden_defect_switch(run_dir):
 def declared_defect_switch(run_dir):
     """A run whose plan, case files and ledgers all agree that a defect switch was on: diagnostic."""
     hidden_defect_switch(run_dir)
-    _edit(run_dir / "run.json", lambda plan: plan.update(defects=["stale_input"]))
+    edit_json(run_dir / "run.json", lambda plan: plan.update(defects=["stale_input"]))
 
 
 def stale_peer(run_dir):
@@ -196,7 +190,7 @@ def another_host(run_dir):
                 event[key]["hostname"] = "sim-c"
 
     _events(run_dir, "requester", "identity_check", move)
-    _edit(_ledger(run_dir, "requester"), lambda ledger: ledger.update(hostname="sim-c"))
+    edit_json(_ledger(run_dir, "requester"), lambda ledger: ledger.update(hostname="sim-c"))
 
 
 def another_build(run_dir):
@@ -211,7 +205,7 @@ def unplanned_preload(run_dir):
 
 def no_artifacts_in_plan(run_dir):
     """A plan that names no build: a PASS would qualify nothing."""
-    _edit(run_dir / "run.json", lambda plan: plan.pop("artifacts"))
+    edit_json(run_dir / "run.json", lambda plan: plan.pop("artifacts"))
 
 
 RED_CHECKS = {
@@ -264,7 +258,7 @@ def test_a_replayed_generation_has_no_fresh_epoch(run):
     case_dir = _case(run)
     for role in ROLES:
         shutil.copytree(case_dir / role / "g1", case_dir / role / "g2")
-        _edit(case_dir / role / "g2" / "ledger.json", lambda ledger: ledger.update(generation=2))
+        edit_json(case_dir / role / "g2" / "ledger.json", lambda ledger: ledger.update(generation=2))
     profile = model.validate_profile(json.loads((case_dir / "case.json").read_text())["profile"])
     workload = dict(model.derive_workload(profile), generations=2)
     problems = identity.check_epochs(case_receipts(str(case_dir), "ra", profile, workload, root=str(run)))
@@ -277,7 +271,7 @@ def test_a_replayed_generation_has_no_fresh_epoch(run):
                 rnd[key] = ledger[key]
 
     for role in ROLES:
-        _edit(case_dir / role / "g2" / "ledger.json", fresh)
+        edit_json(case_dir / role / "g2" / "ledger.json", fresh)
     assert identity.check_epochs(case_receipts(str(case_dir), "ra", profile, workload, root=str(run))) == []
 
 
@@ -287,7 +281,7 @@ def test_a_ledger_of_another_generations_process_is_caught(run):
     case_dir = _case(run)
     for role in ROLES:
         shutil.copytree(case_dir / role / "g1", case_dir / role / "g2")
-        _edit(case_dir / role / "g2" / "ledger.json", lambda ledger: ledger.update(generation=2))
+        edit_json(case_dir / role / "g2" / "ledger.json", lambda ledger: ledger.update(generation=2))
         lines = _journal(run, role).read_text().splitlines(keepends=True)
         start = json.loads(next(line for line in lines if '"child_start"' in line))
         start["argv"] = [arg.replace("/g1", "/g2") for arg in start["argv"]]
@@ -302,7 +296,7 @@ def test_a_ledger_of_another_generations_process_is_caught(run):
     # The copied observer log is generation 1's process's too.
     assert [m.split(":")[0] for m in problems if "observer log" in m] in ([], ["requester g2"])
     for role in ROLES:  # each g2 ledger from the process the journal started for g2: nothing to say
-        _edit(case_dir / role / "g2" / "ledger.json", lambda ledger: ledger.update(pid=ledger["pid"] + 1000))
+        edit_json(case_dir / role / "g2" / "ledger.json", lambda ledger: ledger.update(pid=ledger["pid"] + 1000))
     case = case_receipts(str(case_dir), "ra", profile, workload, root=str(run))
     assert [m for m, _ in identity.check_processes(case) if "observer" not in m] == []
 
@@ -339,7 +333,7 @@ def test_a_runner_whose_case_file_was_not_recorded_fails(run, baseline):
     (lambda plan: plan.update(run_id="../x"), "run_id='../x'"),
 ])
 def test_an_invalid_plan_is_run_plan_naming_field_value_and_rule(run, change, words):
-    _edit(run / "run.json", change)
+    edit_json(run / "run.json", change)
     verdict = verify_run(str(run), write=False)
     assert verdict["failed_codes"] == ["run.plan"] and verdict["verdict"] == "FAIL"
     assert words in verdict["run_findings"][0]["message"]
@@ -348,26 +342,18 @@ def test_an_invalid_plan_is_run_plan_naming_field_value_and_rule(run, change, wo
 # --- no-op rewrites ------------------------------------------------------------------------------
 
 
-def _reorder(value):
-    if isinstance(value, dict):
-        return {key: _reorder(value[key]) for key in reversed(list(value))}
-    if isinstance(value, list):
-        return [_reorder(item) for item in value]
-    return value
-
-
 def test_no_op_rewrites_of_plan_journals_and_ledgers_still_pass(run, baseline):
     unknown = {"added by": "a no-op rewrite", "list": [1, {"deep": True}]}
-    plan = _reorder(json.loads((run / "run.json").read_text()))
+    plan = reorder(json.loads((run / "run.json").read_text()))
     plan["x_unknown"] = unknown
     plan["artifacts"]["x_unknown"] = unknown
     plan["artifacts"]["runner"]["x_unknown"] = unknown
     (run / "run.json").write_text(json.dumps(plan, indent=5))
     for path in sorted(_case(run).rglob("*.json")):  # ledgers, case.json and the runner case files
-        data = dict(_reorder(json.loads(path.read_text())), x_unknown=unknown)
+        data = dict(reorder(json.loads(path.read_text())), x_unknown=unknown)
         path.write_text(json.dumps(data, indent=3))
     for role in ROLES:
-        lines = [_reorder(json.loads(line)) for line in _journal(run, role).read_text().splitlines()]
+        lines = [reorder(json.loads(line)) for line in _journal(run, role).read_text().splitlines()]
         for line in lines:
             for pin in line.get("pinned") or []:
                 pin["x_unknown"] = unknown
@@ -427,7 +413,7 @@ def test_garbage_in_any_identity_field_is_a_coded_fail_never_a_traceback(run, ba
         for key in keys:
             if json.loads(original).get(key) == value:
                 continue  # not garbage there (a plan without defect switches)
-            _edit(path, lambda data, key=key: data.update({key: value}))
+            edit_json(path, lambda data, key=key: data.update({key: value}))
             verdict = verify_run(str(run), write=False)  # must not raise
             assert verdict["verdict"] == "FAIL" and verdict["failed_codes"], (path.name, key)
             unreadable = [f["code"] for c in verdict["cases"] for f in c["findings"]

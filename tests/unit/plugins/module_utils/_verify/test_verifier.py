@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from helpers import observer_log
+from helpers.receipts import edit_json, edit_lines, reorder
 from helpers.consistent_defects import DEFECTS as CONSISTENT_DEFECTS
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
@@ -52,18 +53,6 @@ def _copy_case(healthy, tmp_path, case_id):
     return run_dir, run_dir / "cases" / case_id
 
 
-def _edit_json(path, change):
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
-def _edit_lines(path, change):
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    lines = change(lines)
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-
-
 def _failed(run_dir):
     return verify_run(str(run_dir), write=False)["failed_codes"]
 
@@ -84,24 +73,15 @@ def test_healthy_run_passes_every_rule(healthy, tmp_path):
     assert (tmp_path / "verdict.md").read_text().startswith("# Verdict: PASS")
 
 
-def _reorder(value):
-    """The same JSON value with every object's keys in reverse order."""
-    if isinstance(value, dict):
-        return {key: _reorder(value[key]) for key in reversed(list(value))}
-    if isinstance(value, list):
-        return [_reorder(item) for item in value]
-    return value
-
-
 def _noop_rewrite(case_dir):
     """Rewrite every receipt the way a tool might without changing a fact: keys reordered, documents
     re-indented, unknown fields added (to documents and to every log line)."""
     for path in sorted(case_dir.rglob("*.json")):
-        data = _reorder(json.loads(path.read_text()))
+        data = reorder(json.loads(path.read_text()))
         data["x_unknown_field"] = {"added by": "a no-op rewrite", "list": [1, 2, {"deep": True}]}
         path.write_text(json.dumps(data, indent=7) + "\n")
     for path in sorted(case_dir.rglob("*.jsonl")):
-        lines = [_reorder(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        lines = [reorder(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
         path.write_text("".join(json.dumps(dict(line, x_extra=[None, "]}{"]), separators=(", ", " : ")) + "\n"
                                 for line in lines))
 
@@ -200,8 +180,8 @@ def _set_identity(lines, identity):
 def _same_node(d):
     """The requester claims to be the source's node, consistently in its journal and ledger."""
     source = _identity_of(d, "source")
-    _edit_lines(_journal(d, "requester"), lambda lines: _set_identity(lines, source))
-    _edit_json(_requester_ledger(d), lambda x: x.update(hostname=source["hostname"], boot_id=source["boot_id"]))
+    edit_lines(_journal(d, "requester"), lambda lines: _set_identity(lines, source))
+    edit_json(_requester_ledger(d), lambda x: x.update(hostname=source["hostname"], boot_id=source["boot_id"]))
 
 
 def _inventory(case_dir, when):
@@ -218,22 +198,22 @@ def _swap_tiers(ledger):
 
 
 MUTATIONS = {
-    "discovery.inventory_unchanged": ("rad", lambda d: _edit_json(_inventory(d, "after"), _port_down)),
-    "discovery.candidates": ("rad", lambda d: [_edit_json(_inventory(d, w), _port_down) for w in ("before", "after")]),
-    "discovery.nics": ("rad", lambda d: _edit_json(_requester_ledger(d), lambda x: x["discovery"][
+    "discovery.inventory_unchanged": ("rad", lambda d: edit_json(_inventory(d, "after"), _port_down)),
+    "discovery.candidates": ("rad", lambda d: [edit_json(_inventory(d, w), _port_down) for w in ("before", "after")]),
+    "discovery.nics": ("rad", lambda d: edit_json(_requester_ledger(d), lambda x: x["discovery"][
         "chosen_nic_ids"].reverse())),
-    "discovery.tiers": ("rad", lambda d: _edit_json(_requester_ledger(d), _swap_tiers)),
-    "discovery.strict_pin": ("rad", lambda d: _edit_json(_requester_ledger(d), lambda x: x["discovery"][
+    "discovery.tiers": ("rad", lambda d: edit_json(_requester_ledger(d), _swap_tiers)),
+    "discovery.strict_pin": ("rad", lambda d: edit_json(_requester_ledger(d), lambda x: x["discovery"][
         "strict_gid_request"].update(retained_owners=1))),
-    "journal.identity": ("ra", lambda d: _edit_lines(_journal(d, "source"), lambda lines: _set_identity(
+    "journal.identity": ("ra", lambda d: edit_lines(_journal(d, "source"), lambda lines: _set_identity(
         lines, {"hostname": "elsewhere"}))),
     "journal.distinct_nodes": ("ra", _same_node),
-    "journal.locks": ("ra", lambda d: _edit_lines(_journal(d, "source"), lambda lines: [
+    "journal.locks": ("ra", lambda d: edit_lines(_journal(d, "source"), lambda lines: [
         e for e in lines if not (e.get("ev") == "lock_release" and e.get("rnic") == "mlx5_1")])),
-    "journal.children": ("ra", lambda d: _edit_lines(_journal(d, "requester"), lambda lines: [
+    "journal.children": ("ra", lambda d: edit_lines(_journal(d, "requester"), lambda lines: [
         dict(e, exit_code=None, exit_signal=9, exit_signal_name="SIGKILL") if e.get("ev") == "child_exit" else e
         for e in lines])),
-    "journal.env": ("ra", lambda d: _edit_lines(_journal(d, "requester"), lambda lines: [
+    "journal.env": ("ra", lambda d: edit_lines(_journal(d, "requester"), lambda lines: [
         dict(e, env_keys=[*e["env_keys"], "RDMAV_ALLOW_DISASSOC_DESTROY"]) if e.get("ev") == "child_start" else e
         for e in lines])),
     "receipt.missing": ("ra", lambda d: _requester_ledger(d).unlink()),
@@ -241,42 +221,42 @@ MUTATIONS = {
     "receipt.oversize": ("ra", lambda d: os.truncate(_requester_ledger(d), reading.MAX_DOCUMENT_BYTES + 1)),  # sparse
     "receipt.nesting": ("ra", lambda d: _requester_ledger(d).write_text("[" * 2000 + "]" * 2000)),
     "receipt.malformed": ("ra", lambda d: _requester_ledger(d).write_text("[1, 2, 3]")),
-    "receipt.schema": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x.update(version=99))),
-    "receipt.truncated": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x.update(status="running"))),
-    "receipt.shape": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: _first_round(x).pop("drain"))),
+    "receipt.schema": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x.update(version=99))),
+    "receipt.truncated": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x.update(status="running"))),
+    "receipt.shape": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x).pop("drain"))),
     "case.meta": ("ra", lambda d: (d / "case.json").unlink()),
     "case.missing": ("ra", shutil.rmtree),
     "run.plan": ("ra", lambda d: (d.parent.parent / "run.json").unlink()),
-    "case.profile": ("ra", lambda d: _edit_json(d / "case.json", lambda x: x["profile"].update(parents=99))),
+    "case.profile": ("ra", lambda d: edit_json(d / "case.json", lambda x: x["profile"].update(parents=99))),
     "case.node_failure": ("ra", lambda d: (d / "source" / "node-failure.json").write_text(json.dumps(
         {"host": "sim-a", "task": "Start the lock supervisor", "message": "lock held by run x"}))),
-    "ledger.identity": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x.update(operation="write"))),
+    "ledger.identity": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x.update(operation="write"))),
     "ledger.exit": ("ra", lambda d: (  # a peer failure (exit 4), as both the ledger and the supervisor saw it
-        _edit_json(_requester_ledger(d), lambda x: x.update(status="failed", exit_code=4)),
-        _edit_lines(_journal(d, "requester"), lambda lines: [
+        edit_json(_requester_ledger(d), lambda x: x.update(status="failed", exit_code=4)),
+        edit_lines(_journal(d, "requester"), lambda lines: [
             dict(e, exit_code=4) if e.get("ev") == "child_exit" else e for e in lines]))),
-    "ledger.rounds": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x["rounds"][2].update(round=4))),
-    "ledger.parents": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: _first_round(x)["parents"][3]
+    "ledger.rounds": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x["rounds"][2].update(round=4))),
+    "ledger.parents": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x)["parents"][3]
                                                   .update(completed_bytes=0, status="Failed"))),
-    "ledger.errors": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: x["errors"].append(
+    "ledger.errors": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x["errors"].append(
         {"error": "PeerLost", "expected": False}))),
-    "counters.wrs": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: _first_round(x)["counters"]
+    "counters.wrs": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x)["counters"]
                                                 ["native"].update(cqes=63))),
-    "counters.bytes": ("ra", lambda d: _edit_json(_requester_ledger(d), lambda x: (
+    "counters.bytes": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: (
         _first_round(x)["counters"]["public"].update(bytes=1),
         _first_round(x)["counters"]["native"].update(bytes=1)))),
-    "accounting.ledger_join": ("ra", lambda d: _edit_lines(_observer_log(d), lambda lines: [
+    "accounting.ledger_join": ("ra", lambda d: edit_lines(_observer_log(d), lambda lines: [
         dict(line, opcode="RDMA_WRITE") if line.get("ev") == "wr" and line["wr_id"] == 1 else line
         for line in lines])),
-    "accounting.native_bytes": ("ra", lambda d: _edit_lines(_observer_log(d), _swap_dev)),
-    "accounting.sq_depth": ("ra", lambda d: _edit_lines(_observer_log(d), _completions_last)),
+    "accounting.native_bytes": ("ra", lambda d: edit_lines(_observer_log(d), _swap_dev)),
+    "accounting.sq_depth": ("ra", lambda d: edit_lines(_observer_log(d), _completions_last)),
     "digests.coverage": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda events: [
         e for e in events if not (e.get("ev") == "data" and e["wr_id"] == 7)])),
     "digests.content": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda events: [
         dict(e, sha256=f"{int(e['sha256'], 16) ^ 1:064x}") if e.get("ev") == "data" and e["wr_id"] == 7 else e
         for e in events])),
     "digests.guards": ("ra", lambda d: observer_log.edit(_observer_log(d), _lead_guard_changed)),
-    "case.mode_unverified": ("ih", lambda d: _edit_json(d / "case.json", lambda x: x["profile"].update(
+    "case.mode_unverified": ("ih", lambda d: edit_json(d / "case.json", lambda x: x["profile"].update(
         mode="installed-inflight-dma", parents=1, payload=65536, block=65536, num_lanes=1, mask=1,
         operation="write", rdma_events=True))),
 }
@@ -315,7 +295,7 @@ def test_a_partial_run_is_incomplete(healthy, tmp_path):
 
 def test_observer_log_without_summary_is_truncated(healthy, tmp_path):
     run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
-    _edit_lines(_observer_log(case_dir), lambda lines: lines[:-1])
+    edit_lines(_observer_log(case_dir), lambda lines: lines[:-1])
     assert _failed(run_dir) == ["receipt.truncated"]
 
 
@@ -348,7 +328,7 @@ def _case(case_dir):
 def test_exact_counts_sees_a_missing_parent_in_the_observer_log(healthy, tmp_path):
     _, case_dir = _copy_case(healthy, tmp_path, "ra")
     assert rules.accounting.check_observer_exact_counts(_case(case_dir)) == []
-    _edit_lines(_observer_log(case_dir), lambda lines: [line for line in lines if line.get("wr_id") != 1])
+    edit_lines(_observer_log(case_dir), lambda lines: [line for line in lines if line.get("wr_id") != 1])
     problems = rules.accounting.check_observer_exact_counts(_case(case_dir))
     assert len(problems) == 1 and "191 payload WRs" in problems[0][0]
 
@@ -357,7 +337,7 @@ def test_both_rails_sees_a_rail_without_observed_payload(healthy, tmp_path):
     _, case_dir = _copy_case(healthy, tmp_path, "ra")
     assert rules.accounting.check_observer_rails(_case(case_dir)) == []
     devs = sorted({json.loads(x).get("dev") for x in _observer_log(case_dir).read_text().splitlines()} - {None})
-    _edit_lines(_observer_log(case_dir), lambda lines: [dict(line, dev=devs[0]) if "dev" in line else line
+    edit_lines(_observer_log(case_dir), lambda lines: [dict(line, dev=devs[0]) if "dev" in line else line
                                                         for line in lines])
     problems = rules.accounting.check_observer_rails(_case(case_dir))
     assert len(problems) == 1 and "[1]" in problems[0][0]

@@ -1,0 +1,81 @@
+"""The gate through ansible-playbook on a local simulated lab: the lab, a run, its verdict, and what it left held."""
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def sim_lab(tmp_path_factory, repo_root, ansible_env):
+    """Generator for a module fixture: a fresh lab from playbooks/sim_lab.yml, removed afterwards."""
+    lab_dir = tmp_path_factory.mktemp("lab") / "sim-lab"
+    cmd = [str(BIN / "ansible-playbook"), "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab_dir}"]
+    subprocess.run(cmd, cwd=repo_root, env=ansible_env, check=True, capture_output=True, timeout=300)
+    yield lab_dir
+    subprocess.run([*cmd, "-e", "sim_lab_state=absent"], cwd=repo_root, env=ansible_env, check=False,
+                   capture_output=True, timeout=300)
+
+
+def run_gate(repo_root, ansible_env, lab, runs, playbook, extra, timeout=600, **popen):
+    """One playbook on the sim inventory; with Popen keywords it is started, not waited for (its output is
+    discarded: nobody reads it, and an unread pipe would stall the play)."""
+    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/sim", f"playbooks/{playbook}",
+           "-e", f"sim_lab_dir={lab}", "-e", f"orbite_output_dir={runs}", "-e", json.dumps(extra)]
+    if popen:
+        return subprocess.Popen(cmd, cwd=repo_root, env=ansible_env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, **popen)
+    return subprocess.run(cmd, cwd=repo_root, env=ansible_env, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def verdict(runs):
+    """(verdict.json, run directory) of the one run under `runs`."""
+    (run_dir,) = [p for p in Path(runs).iterdir() if p.is_dir()]
+    return json.loads((run_dir / "verdict.json").read_text()), run_dir
+
+
+def locks_free(lab):
+    """Every RNIC lock of both hosts can be taken at once (an independent flock probe)."""
+    for lock in Path(lab).glob("*/run/orbite/locks/*.lock"):
+        with open(lock) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return True
+
+
+def supervisor_pids(lab):
+    """The pids of the lab's supervisors still alive, by their pid files."""
+    pids = []
+    for pid_file in Path(lab).glob("*/run/orbite/supervisors/*/supervisor.pid"):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            os.kill(pid, 0)
+            pids.append(pid)
+        except (ValueError, IndexError, ProcessLookupError, FileNotFoundError):
+            continue
+    return pids
+
+
+def kill_when(proc, ready, seconds):
+    """SIGKILL the gate's whole session once `ready()` holds; it must still be running then."""
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ready():
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the gate finished before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
