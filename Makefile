@@ -1,6 +1,6 @@
 # Two entry points, both safe on a fresh Debian machine (root or not):
 #   make demo   set up, then run the main job on the simulated lab
-#   make test   set up, then ruff, ansible-lint, the test suite and (as root) the molecule scenario
+#   make test   set up, then ruff, ansible-lint, the test suite and (as root) the molecule scenarios
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -42,9 +42,18 @@ unit: setup
 	$(BIN)/pytest -q -n auto tests
 
 # Namespaced fake hosts need root (mount/UTS/PID namespaces, sshd); say so rather than fail.
+# The scenarios (extensions/molecule/*, one lab each, one after the other): the rail-accounting gate and
+# the restart gate over SSH. Molecule's default ephemeral directory (~/.ansible/tmp/molecule.<hash of
+# "extensions">.<scenario>) is the same for every checkout on a machine, and it holds the scenario's lab
+# and runs: each checkout gets its own, outside the checkout (the lab refuses to live in the collection).
+MOLECULE_SCENARIOS := rail_accounting restart
+MOLECULE_TMP ?= $(or $(TMPDIR),/tmp)/orbite-molecule-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)
 molecule: setup
 	@if [ "$$(id -u)" = 0 ]; then \
-	  cd extensions && $(CURDIR)/$(BIN)/molecule test -s rail_accounting; \
+	  for scenario in $(MOLECULE_SCENARIOS); do \
+	    (cd extensions && MOLECULE_EPHEMERAL_DIRECTORY=$(MOLECULE_TMP)/$$scenario \
+	      $(CURDIR)/$(BIN)/molecule test -s $$scenario) || exit 1; \
+	  done; \
 	else \
 	  echo "molecule: SKIPPED (needs root for the namespaced fake hosts; run make molecule as root)"; \
 	fi
