@@ -339,3 +339,16 @@ def test_without_pyverbs_opened_devices_are_a_stated_limit(sim):
 def test_device_name_that_is_not_utf8_is_compared_not_a_crash():
     assert vc._text(b"bad\xff") == "bad\\xff"
     assert vc._guid_text(int.from_bytes(bytes.fromhex("0c42a1030000ff10"), sys.byteorder)) == "0c42:a103:0000:ff10"
+
+
+def test_pyverbs_error_text_is_cut(monkeypatch, sim):
+    module = types.ModuleType("fake_pyverbs_device")
+
+    def huge(name):
+        raise OSError("x" * 100000)
+
+    module.Context = huge
+    monkeypatch.setitem(sys.modules, "fake_pyverbs_device", module)
+    verbs = vc.verbs_crosscheck(sim, "/", module_name="fake_pyverbs_device", enumerate_fn=_listed(sim, opened=True))
+    said = [m["verbs"] for m in verbs["mismatches"]]
+    assert len(said) == 2 and all(len(text) < 300 and text.endswith("...") for text in said)
