@@ -62,11 +62,15 @@ def not_requested():
 
 def verbs_crosscheck(inventory, root="/", module_name="pyverbs.device", library=LIBRARY, enumerate_fn=None):
     """Compare ``inventory`` (read under ``root``) with what libibverbs enumerates; never raises."""
+    fake = os.path.realpath(str(root)) != os.path.sep
     sysfs = os.path.join(os.path.realpath(str(root)), "sys")
-    if os.path.realpath(str(root)) != os.path.sep and _rdma_netlink() and not _is_sysfs_mount(sysfs):
+    if fake and _rdma_netlink() and not _is_sysfs_mount(sysfs):
         return _record("skipped", f"the kernel answers RDMA netlink here, so libibverbs lists the kernel's devices "
                                   f"and would not read the tree {quote(sysfs)} (not a sysfs mount)", sysfs)
-    listed = (enumerate_fn or _enumerate)(library, sysfs if os.path.realpath(str(root)) != os.path.sep else None)
+    try:
+        listed = (enumerate_fn or _enumerate)(library, sysfs if fake else None)
+    except OSError as exc:  # no pipe or no fork (EMFILE, EAGAIN): the check could not run
+        return _record("failed", f"cannot start the libibverbs enumeration: {_why(exc)}", sysfs)
     if "unavailable" in listed:
         return _record("skipped", listed["unavailable"], sysfs, warnings=listed.get("warnings", []))
     if "failed" in listed:
@@ -75,7 +79,7 @@ def verbs_crosscheck(inventory, root="/", module_name="pyverbs.device", library=
     if listed.get("list_error") and not sysfs_devices:
         return _record("skipped", f"no RDMA subsystem: libibverbs ibv_get_device_list failed: {listed['list_error']}",
                        sysfs, warnings=listed.get("warnings", []))
-    checker = _Checker(sysfs, listed, root)
+    checker = _Checker(sysfs, listed, fake)
     checker.enumeration(sysfs_devices)
     checker.deeper(sysfs_devices, module_name)
     return _record("checked", None, sysfs, enumerated=listed["devices"], devices=len(listed["devices"]),
@@ -216,8 +220,18 @@ def _enumerate(library, sysfs_path, timeout=ENUMERATE_TIMEOUT):
     written to any file.
     """
     result_r, result_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
+    try:
+        err_r, err_w = os.pipe()
+    except OSError:
+        os.close(result_r)
+        os.close(result_w)
+        raise
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (result_r, result_w, err_r, err_w):
+            os.close(fd)
+        raise
     if pid == 0:  # pragma: no cover - the child's lines run in the child
         code = 0
         try:
@@ -293,10 +307,10 @@ def _no_driver(error_text):
 
 
 class _Checker:
-    def __init__(self, sysfs, listed, root):
+    def __init__(self, sysfs, listed, fake):
         self.sysfs = sysfs
         self.listed = listed
-        self.root_is_host = os.path.realpath(str(root)) == os.path.sep
+        self.root_is_host = not fake
         self.comparisons = 0
         self.mismatches = []
         self.limits = []

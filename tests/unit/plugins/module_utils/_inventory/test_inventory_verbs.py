@@ -5,8 +5,9 @@ Two halves:
   ``SYSFS_PATH``, in a mount namespace whose private ``/dev`` holds the ``/dev/infiniband/uverbsN``
   nodes made with mknod (root only): the odd host is listed exactly as the inventory says; a wrong
   modalias, a missing device node or a software device no provider knows is a coded mismatch;
-- the comparison itself, against an injected enumeration and a stand-in ``pyverbs.device`` (no
-  device here can open a context, so the port/GID comparison only runs against the stand-in).
+- the comparison itself, against an injected enumeration and a stand-in ``pyverbs.device``; and the
+  port/GID comparison for real on the loopback verbs provider (docs/provider.md), a libibverbs whose
+  contexts open, with the system's pyverbs (binds loopback addresses: run in a network namespace).
 """
 
 import json
@@ -17,7 +18,8 @@ import sys
 import types
 
 import pytest
-from helpers.paths import COLLECTIONS, FIXTURES
+from helpers.native import verbs_headers_missing
+from helpers.paths import COLLECTIONS, FIXTURES, REPO
 
 from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs as si
 from ansible_collections.orbite.qualification.plugins.module_utils._inventory import verbs as vc
@@ -352,3 +354,63 @@ def test_pyverbs_error_text_is_cut(monkeypatch, sim):
     verbs = vc.verbs_crosscheck(sim, "/", module_name="fake_pyverbs_device", enumerate_fn=_listed(sim, opened=True))
     said = [m["verbs"] for m in verbs["mismatches"]]
     assert len(said) == 2 and all(len(text) < 300 and text.endswith("...") for text in said)
+
+
+def test_no_fork_is_a_failure_not_a_traceback(monkeypatch, sim):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    before = len(os.listdir("/proc/self/fd"))
+    verbs = vc.verbs_crosscheck(sim, "/")
+    assert (verbs["status"], verbs["reason"]) == ("failed", "cannot start the libibverbs enumeration: "
+                                                  "BlockingIOError: [Errno 11] Resource temporarily unavailable")
+    assert len(os.listdir("/proc/self/fd")) == before  # the pipes are closed again
+
+
+# -- the same, for real, on the loopback verbs provider: a libibverbs whose contexts open
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+_CROSSCHECK = (
+    "import json, sys; sys.path.insert(0, sys.argv[2]);"
+    "from ansible_collections.orbite.qualification.plugins.module_utils._inventory import sysfs, verbs;"
+    "inventory = sysfs.read_inventory(sys.argv[1]);"
+    "port = inventory['devices']['mlx5_1']['ports']['1'];"
+    "port.update(state={'num': 1, 'name': 'DOWN'}) if sys.argv[3] == 'down' else None;"
+    "print(json.dumps(verbs.verbs_crosscheck(inventory, '/')))"
+)
+
+
+@pytest.fixture(scope="module")
+def loopback_provider(tmp_path_factory):
+    missing = verbs_headers_missing()
+    if missing:
+        pytest.skip(missing)
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import pyverbs.device"], capture_output=True, check=False)
+    if probe.returncode:
+        pytest.skip("the system python3 has no pyverbs (Debian python3-pyverbs)")
+    out = tmp_path_factory.mktemp("native")
+    done = subprocess.run(["make", "-s", "-C", str(REPO / "observers"), f"OUT={out}", "provider"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return out / "provider"
+
+
+@pytest.mark.parametrize("inventory_says", ["as_read", "down"])
+def test_opened_contexts_compare_ports_and_gids_through_pyverbs(tmp_path, loopback_provider, inventory_says):
+    # The provider's libibverbs.so.1 reads ORBITE_PROVIDER_ROOT (docs/provider.md) and opens contexts:
+    # the ctypes child opens each one, then the system's pyverbs queries every port and listed GID.
+    root = _write(tmp_path, _small(fs.sim_host_spec(7, "sim-h")))  # IPv4 GIDs on loopback
+    env = dict(os.environ, LD_LIBRARY_PATH=str(loopback_provider), ORBITE_PROVIDER_ROOT=str(root))
+    out = subprocess.run([SYSTEM_PYTHON, "-c", _CROSSCHECK, str(root), COLLECTIONS, inventory_says], env=env,
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert out.returncode == 0, out.stderr
+    verbs = json.loads(out.stdout)
+    assert verbs["status"] == "checked" and verbs["limits"] == [], verbs
+    assert [(e["name"], e["opened"]) for e in verbs["enumerated"]] == [("mlx5_0", True), ("mlx5_1", True)]
+    # count + 3 per device, then per device: state, link layer and the 4 listed GIDs' types.
+    assert verbs["comparisons"] == 1 + 3 * 2 + 2 * (2 + 4)
+    expected = [] if inventory_says == "as_read" else [
+        {"code": "verbs.port_state", "path": "devices/mlx5_1/ports/1/state", "sysfs": 1, "verbs": 4, "why": None}]
+    assert verbs["mismatches"] == expected
