@@ -261,6 +261,13 @@ def test_a_fake_tree_is_not_judged_when_the_kernel_answers_rdma_netlink(monkeypa
     monkeypatch.setattr(vc, "_rdma_netlink", lambda: True)
     verbs = vc.verbs_crosscheck(sim, str(tmp_path), enumerate_fn=pytest.fail)
     assert verbs["status"] == "skipped" and "not a sysfs mount" in verbs["reason"]
+    # Root /: a real node is judged; a namespaced sim host (its /sys a bind mount of a fake tree) is not.
+    monkeypatch.setattr(vc, "_is_sysfs_mount", lambda path: path == "/sys")  # a real node: /sys is sysfs
+    assert vc.verbs_crosscheck(sim, "/", enumerate_fn=lambda *_a: {"devices": []})["status"] == "checked"
+    monkeypatch.setattr(vc, "_is_sysfs_mount", lambda path: False)
+    verbs = vc.verbs_crosscheck(sim, "/", enumerate_fn=pytest.fail)
+    assert verbs["status"] == "skipped"
+    assert verbs["reason"].endswith("would not read the tree '/sys' (not a sysfs mount)")
 
 
 def test_sysfs_mount_detection():
