@@ -3,8 +3,9 @@
 # those missing. Without root it lists what is missing and carries on: the tests that need a
 # package skip themselves and say so.
 set -euo pipefail
-# python3-pyverbs: the inventory's optional verbs cross-check (its "no RDMA subsystem" path is tested).
-wanted=(openssh-server openssh-client libibverbs-dev gcc make python3-pyverbs)
+# libibverbs1 + ibverbs-providers: rdma-core's own enumeration of the fake hosts (the inventory's
+# libibverbs cross-check, through ctypes); python3-pyverbs: its optional port/GID comparison.
+wanted=(openssh-server openssh-client libibverbs-dev libibverbs1 ibverbs-providers gcc make python3-pyverbs)
 missing=()
 for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

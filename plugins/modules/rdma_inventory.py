@@ -37,9 +37,17 @@ options:
     type: path
   verbs:
     description:
-      - Cross-check port state, link layer and GID types with libibverbs through pyverbs.
-      - Reported as skipped (with the reason) when pyverbs is absent, when its C(get_device_list)
-        raises (no RDMA subsystem), or when O(root) is not V(/).
+      - Cross-check the inventory with rdma-core's own libibverbs (C(libibverbs.so.1) through ctypes,
+        in a child process). The device names, node GUIDs, node types, uverbs nodes and the count it
+        enumerates must equal the inventory's; each difference is an entry of RV(inventory.verbs.mismatches)
+        with a code (C(verbs.device_unlisted), C(verbs.node_guid), ...).
+      - For an O(root) other than V(/), libibverbs reads C(<root>/sys) (its C(SYSFS_PATH)); the
+        character devices are always the node's C(/dev/infiniband).
+      - What libibverbs cannot do without a kernel driver (open a context, query ports and GIDs) is
+        listed in RV(inventory.verbs.limits); with a context and pyverbs, port state, link layer and
+        GID types are compared too.
+      - Reported as skipped (with the reason) when libibverbs cannot be loaded or lists no RDMA
+        subsystem on a node without devices.
     type: bool
     default: false
 attributes:
@@ -71,7 +79,7 @@ EXAMPLES = r"""
     root: /tmp/sim-lab/sim-a
   register: sim_inventory
 
-- name: Inventory with the pyverbs cross-check
+- name: Inventory checked by rdma-core's libibverbs
   orbite.qualification.rdma_inventory:
     verbs: true
   register: checked
@@ -133,10 +141,18 @@ inventory:
       elements: dict
       sample: []
     verbs:
-      description: The pyverbs cross-check (status not_requested, skipped or checked; reason; mismatches).
+      description: >-
+        The libibverbs cross-check (status not_requested, skipped, failed or checked; reason; what
+        libibverbs enumerated; coded mismatches; limits).
       type: dict
-      sample: {status: skipped, reason: "pyverbs not importable: No module named 'pyverbs'", devices: 0, comparisons: 0,
-               mismatches: []}
+      sample: {status: checked, reason: null, library: libibverbs.so.1, sysfs: /sys, devices: 1, comparisons: 4,
+               enumerated: [{name: mlx5_0, uverbs: uverbs0, node_guid: "0c42:a103:0000:0010",
+                             node_type: {num: 1, name: CA}, opened: false,
+                             open_error: "ENXIO (No such device or address)"}],
+               mismatches: [],
+               limits: [{device: mlx5_0, step: ibv_open_device, error: "ENXIO (No such device or address)",
+                         not_compared: [ports, gids], why: "no kernel driver serves the character device"}],
+               warnings: []}
 save_to:
   description: What happened to O(save_to); null when it is not set.
   returned: success

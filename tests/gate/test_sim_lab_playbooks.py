@@ -200,6 +200,15 @@ def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
             assert lock_mode == "700"
             assert sorted(os.listdir(lab / name / "run/orbite/locks")) == [f"probe-{name}"]
         assert shown["sim-a"]["identity"]["boot_id"] != shown["sim-b"]["identity"]["boot_id"]
+        # rdma-core's libibverbs enumerated each host's fake devices, as the inventory lists them, with
+        # the GUIDs of the lab's files; a context cannot open without a kernel driver, and it says so.
+        for name in ("sim-a", "sim-b"):
+            verbs, devices = shown[name]["verbs"], shown[name]["devices"]
+            assert (verbs["status"], verbs["sysfs"], verbs["mismatches"]) == ("checked", "/sys", []), verbs
+            guids = [(lab / name / f"sys/class/infiniband/mlx5_{k}/node_guid").read_text().strip() for k in (0, 1)]
+            assert [(e["name"], e["node_guid"]) for e in verbs["enumerated"]] == list(zip(sorted(devices), guids))
+            assert [(lim["device"], lim["step"]) for lim in verbs["limits"]] == [
+                ("mlx5_0", "ibv_open_device"), ("mlx5_1", "ibv_open_device")]
 
         # Every process of each host, found by its mount namespace, including the daemonized one.
         started = []

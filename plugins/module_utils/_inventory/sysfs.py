@@ -43,7 +43,10 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
     read_regular_bytes,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import QUOTE_LIMIT, OrbiteError, quote
-from ansible_collections.orbite.qualification.plugins.module_utils._inventory.verbs import verbs_crosscheck
+from ansible_collections.orbite.qualification.plugins.module_utils._inventory.verbs import (
+    not_requested,
+    verbs_crosscheck,
+)
 
 SCHEMA = "orbite.rdma-inventory"
 VERSION = 1
@@ -332,20 +335,11 @@ def _classify(address, backend):
 def read_inventory(root="/", verbs=False):
     """Inventory of the host under ``root`` (a dict, see docs/inventory.md).
 
-    ``verbs``: also cross-check with pyverbs (``inventory["verbs"]``; skipped with a reason when
-    pyverbs is absent or fails, or ``root`` is not ``/``).
+    ``verbs``: also cross-check with rdma-core's libibverbs (``inventory["verbs"]``, verbs.py: what it
+    enumerates must equal the inventory; skipped with a reason when libibverbs is absent).
     """
     inventory = _Reader(root).run()
-    if verbs:
-        inventory["verbs"] = verbs_crosscheck(inventory, root)
-    else:
-        inventory["verbs"] = {
-            "status": "not_requested",
-            "reason": "verbs: false",
-            "devices": 0,
-            "comparisons": 0,
-            "mismatches": [],
-        }
+    inventory["verbs"] = verbs_crosscheck(inventory, root) if verbs else not_requested()
     return inventory
 
 

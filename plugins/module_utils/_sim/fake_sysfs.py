@@ -12,13 +12,16 @@ Stdlib only (it runs on nodes of the simulated lab too). ``write_host(root, spec
     sys/class/net/<ifname>              -> ../../devices/<parent>/net/<ifname>
 
 as the kernel shows it for mlx5 RoCE devices: the class entries are relative symlinks into
-``sys/devices``, a PCI function directory holds ``vendor``, ``device``, ``numa_node``,
-``local_cpulist``, ``net/<ifname>``, ``infiniband/<dev>`` and ``infiniband_verbs/uverbsN``; the RDMA
+``sys/devices``, a PCI function directory holds ``vendor``, ``device``, ``modalias``, ``numa_node``,
+``local_cpulist``, ``net/<ifname>``, ``infiniband/<dev>`` and ``infiniband_verbs/uverbsN`` (``ibdev``,
+``abi_version``, ``dev`` = char device numbers, ``device`` link; the class directory also holds the
+uverbs ``abi_version``): what rdma-core's libibverbs reads to enumerate the device; the RDMA
 device directory holds ``node_type``, ``node_guid``, ``sys_image_guid``, ``fw_ver``, ``hca_type``,
 ``board_id``, ``node_desc``, a ``device`` link to its PCI function and
 ``ports/<n>/{state,phys_state,link_layer,rate,lid,gids/<i>,gid_attrs/types/<i>,gid_attrs/ndevs/<i>}``.
 A virtual (rxe-like) device lives under ``sys/devices/virtual/infiniband/``, has no ``device`` link
-and names its netdev in a ``parent`` file.
+(nor has its uverbsN) and names its netdev in a ``parent`` file; libibverbs matches it to a provider
+by its name (rxe's ``rxe*``), not by a modalias.
 
 Unused GID slots read as the all-zero GID. On a real host their ``gid_attrs`` files fail with EINVAL
 when read; a plain file cannot, so here they exist and are empty (the reader's EINVAL path is tested
@@ -35,7 +38,8 @@ Spec dict (JSON-compatible; integers may also be given as decimal strings)::
       "pci": {                                  # PCI functions, by BDF
         "0000:3b:00.0": {"vendor": "0x15b3", "device": "0x1017",
                          "numa_node": 0,        # -1 = unknown, as the kernel writes it
-                         "local_cpulist": "0-3"}
+                         "local_cpulist": "0-3",
+                         "modalias": null}      # optional: default derived from vendor/device
       },
       "netdevs": [
         {"name": "ens1f0", "mac": "0c:42:a1:00:00:10", "mtu": 1500, "operstate": "up",
@@ -50,7 +54,8 @@ Spec dict (JSON-compatible; integers may also be given as decimal strings)::
          "sys_image_guid": "0c42:a103:0000:0010", "fw_ver": "16.35.2000",
          "hca_type": "MT4119", "board_id": "MT_0000000010",   # optional (omitted when null)
          "node_desc": "sim-a mlx5_0",
-         "uverbs": "uverbs0",                   # optional
+         "uverbs": "uverbs0",                   # optional: uverbs<N>, char device 231:(192 + N)
+         "uverbs_abi_version": 1,               # optional (mlx5: 1, rxe: 2)
          "ports": [
            {"num": 1, "state": "4: ACTIVE", "phys_state": "5: LinkUp",
             "link_layer": "Ethernet", "rate": "100 Gb/sec (4X EDR)", "lid": "0x0",
@@ -83,6 +88,13 @@ DEFAULT_OSRELEASE = "6.1.0-orbite-sim"
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 MELLANOX_VENDOR = "0x15b3"
 CONNECTX5_DEVICE = "0x1017"
+# What rdma-core's libibverbs reads to enumerate a device (docs/inventory.md, "libibverbs"): the
+# uverbs class ABI, each uverbsN's char device numbers (the kernel's ib_uverbs major, minors from
+# 192) and ABI, and the PCI modalias its providers match (PCI class 02: network controller).
+UVERBS_CLASS_ABI = "6"
+UVERBS_MAJOR = 231
+UVERBS_MINOR_BASE = 192
+PCI_CLASS = "020000"
 # The lab's RoCE GIDs are loopback addresses: the loopback verbs provider listens on them, and
 # 127.0.0.0/8 is local in every network namespace (docs/provider.md).
 SIM_IPV4_NET = "127.51.100.0/24"
@@ -388,6 +400,7 @@ def odd_host_spec(hostname="odd-a"):
         "node_guid": guid_from_mac(macr),
         "fw_ver": "0.0.0",
         "uverbs": "uverbs3",
+        "uverbs_abi_version": 2,  # the kernel's rxe ABI; libibverbs matches rxe by name (no modalias)
         "ports": [
             {
                 "num": 1,
@@ -557,7 +570,22 @@ def _write_pci(writer, spec):
         writer.file(base + "/device", info.get("device", CONNECTX5_DEVICE))
         writer.file(base + "/numa_node", str(info.get("numa_node", -1)))
         writer.file(base + "/local_cpulist", info.get("local_cpulist", ""))
+        writer.file(base + "/modalias", info.get("modalias") or pci_modalias(info))
     return dirs
+
+
+def pci_modalias(info):
+    """The kernel's modalias text of a PCI function (what libibverbs providers match), e.g.
+    ``pci:v000015B3d00001017sv000015B3sd00000000bc02sc00i00`` for a ConnectX-5."""
+    vendor = int(info.get("vendor", MELLANOX_VENDOR), 16)
+    device = int(info.get("device", CONNECTX5_DEVICE), 16)
+    cls = PCI_CLASS
+    return f"pci:v{vendor:08X}d{device:08X}sv{vendor:08X}sd00000000bc{cls[0:2]}sc{cls[2:4]}i{cls[4:6]}"
+
+
+def uverbs_dev(uverbs):
+    """'major:minor' of ``/dev/infiniband/uverbsN``, as the kernel numbers it (231:192+N)."""
+    return f"{UVERBS_MAJOR}:{UVERBS_MINOR_BASE + _as_int(uverbs[len('uverbs'):], 'uverbs number')}"
 
 
 def _write_netdevs(writer, spec, pci_dirs):
@@ -576,6 +604,8 @@ def _write_netdevs(writer, spec, pci_dirs):
 
 
 def _write_devices(writer, spec, pci_dirs):
+    if any(dev.get("uverbs") for dev in spec.get("devices", [])):
+        writer.file("sys/class/infiniband_verbs/abi_version", UVERBS_CLASS_ABI)
     for dev in spec.get("devices", []):
         name = dev["name"]
         bdf = dev.get("pci")
@@ -597,7 +627,10 @@ def _write_devices(writer, spec, pci_dirs):
         if dev.get("uverbs"):
             verbs = "{}/infiniband_verbs/{}".format(parent, dev["uverbs"])
             writer.file(verbs + "/ibdev", name)
-            writer.file(verbs + "/abi_version", "1")
+            writer.file(verbs + "/abi_version", str(_as_int(dev.get("uverbs_abi_version", 1), "uverbs_abi_version")))
+            writer.file(verbs + "/dev", uverbs_dev(dev["uverbs"]))
+            if bdf:
+                writer.link(verbs + "/device", pci_dirs[bdf])
             writer.link("sys/class/infiniband_verbs/{}".format(dev["uverbs"]), verbs)
         for port in dev.get("ports", []):
             _write_port(writer, f"{base}/ports/{_as_int(port['num'], 'port num')}", port)
@@ -677,6 +710,10 @@ def _check_spec(spec):
         devnames.add(dev["name"])
         if not dev.get("node_guid"):
             raise FakeSysfsError(f"{where}.node_guid: required")
+        uverbs = dev.get("uverbs")
+        if uverbs and not (isinstance(uverbs, str) and uverbs.startswith("uverbs") and uverbs[6:].isdigit()
+                           and uverbs[6:].isascii()):
+            raise FakeSysfsError(f"{where}.uverbs {uverbs!r}: must be uverbs<N> (ASCII digits)")
         if dev.get("pci"):
             if dev["pci"] not in pci:
                 raise FakeSysfsError("{}.pci {!r}: not declared in spec.pci".format(where, dev["pci"]))

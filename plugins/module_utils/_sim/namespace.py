@@ -8,6 +8,8 @@ A host is started as ``unshare --mount --uts --pid --fork --kill-child --mount-p
 fixed setup script (``SETUP_SCRIPT``, values passed as arguments, never spliced into shell text).
 The script sets the UTS hostname, bind-mounts the fake host root's boot ID, kernel release and
 machine-id over the real ``/proc``/``/etc`` paths and its ``sys`` tree over ``/sys`` (read-only),
+makes the tree's ``/dev/infiniband/uverbsN`` character devices on a private tmpfs (so rdma-core's
+libibverbs enumerates the fake devices),
 gives the host a private ``/run`` and ``/tmp`` with the root's ``run/orbite`` (lock dir) at
 ``/run/orbite``, shows the root's ``var/tmp`` at ``/var/tmp`` (the node work dir), and finally
 execs sshd, which becomes PID 1 of the host's PID namespace.
@@ -59,6 +61,21 @@ fi
 # The whole fake sys tree: its class entries are relative links into sys/devices.
 mount --rbind "$root/sys" /sys
 mount -o remount,bind,ro /sys
+# The uverbs character devices libibverbs requires next to the tree (docs/sim-lab.md): a private
+# tmpfs over /dev/infiniband with one node per uverbsN of the fake tree, numbered by its dev file.
+# The machine gets at most an empty /dev/infiniband mount point; nothing is made in it out here.
+[ -d /dev/infiniband ] || mkdir -m 0755 /dev/infiniband
+mount -t tmpfs -o mode=0755,nosuid,noexec tmpfs /dev/infiniband
+for uv in "$root"/sys/class/infiniband_verbs/uverbs*; do
+  node=${uv##*/}
+  case $node in uverbs*[!0-9]*|uverbs) continue ;; esac
+  [ -f "$uv/dev" ] || continue
+  numbers=$(head -c 32 "$uv/dev")
+  case $numbers in [0-9]*:[0-9]*) ;; *) continue ;; esac
+  case $numbers in *[!0-9:]*|*:*:*) continue ;; esac
+  mknod -m 0666 "/dev/infiniband/$node" c "${numbers%%:*}" "${numbers#*:}" ||
+    echo "sim host $name: no /dev/infiniband/$node ($numbers): libibverbs will not list it" >&2
+done
 # Private /run: sshd's privilege-separation dir, its own files, and the host's lock dir.
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 mkdir -m 0755 /run/sshd /run/orbite

@@ -211,3 +211,46 @@ def check_strict_pin(case):
             problems.append((f"{role} g{generation}: strict GID request (device, port, index, result, retained "
                              f"owners) {got}, expected {want}", f"{path}#discovery.strict_gid_request"))
     return problems
+
+
+def _listed_by_libibverbs(entry):
+    """(node GUID, node type number, uverbs node) of one device libibverbs enumerated (verbs.enumerated)."""
+    kind = entry.get("node_type")
+    return entry.get("node_guid"), kind.get("num") if isinstance(kind, dict) else None, entry.get("uverbs")
+
+
+@rule("discovery.verbs", "discovery",
+      "where rdma-core's libibverbs enumerated a node (the inventory's verbs record), it listed the inventory's "
+      "devices: the same names and count, node GUIDs, node types and uverbs nodes; a failed enumeration fails",
+      witness=("inventory",), needs=("ledgers", "inventories"), applies=auto_discovery)
+def check_verbs_enumeration(case):
+    # libibverbs' list is compared with the sysfs reader's devices here, not read from the module's
+    # own verdict on it (its mismatches): two readers of the node, one judge.
+    problems = []
+    for (role, generation, when), record in sorted(case.inventories.items()):
+        verbs = record.data.get("verbs") if isinstance(record.data.get("verbs"), dict) else {}
+        where = f"{role} g{generation} inventory {when}"
+        if verbs.get("status") == "failed":
+            problems.append((f"{where}: the libibverbs enumeration failed: {verbs.get('reason')}",
+                             f"{record.path}#verbs"))
+        if verbs.get("status") != "checked":
+            continue
+        listed = [e for e in verbs.get("enumerated") or [] if isinstance(e, dict)]
+        devices = record.data.get("devices") or {}
+        names = [str(e.get("name")) for e in listed]
+        differences = []
+        if len(listed) != len(devices):
+            differences.append(f"{len(listed)} devices listed, {len(devices)} in the inventory")
+        for name in sorted(set(names) ^ set(devices)):
+            differences.append(f"{name} {'not in the inventory' if name in names else 'not listed by libibverbs'}")
+        for entry in listed:
+            dev = devices.get(entry.get("name"))
+            if isinstance(dev, dict):
+                want = (dev.get("node_guid"), (dev.get("node_type") or {}).get("num"), dev.get("uverbs"))
+                if _listed_by_libibverbs(entry) != want:
+                    differences.append(f"{entry.get('name')}: node GUID, node type, uverbs "
+                                       f"{_listed_by_libibverbs(entry)}, the inventory's {want}")
+        if differences:
+            problems.append((f"{where}: libibverbs enumerated {sorted(names)}: " + "; ".join(differences[:5]),
+                             f"{record.path}#verbs.enumerated"))
+    return problems

@@ -1,5 +1,6 @@
 """Fake host root generator (contract 2): layout, sim lab hosts, safety rules, spec errors."""
 
+import fnmatch
 import ipaddress
 import os
 
@@ -37,6 +38,8 @@ def test_class_entries_are_relative_links_that_stay_inside_root(sim_root):
         base = os.path.join(sim_root, "sys/class", cls)
         for name in os.listdir(base):
             link = os.path.join(base, name)
+            if (cls, name) == ("infiniband_verbs", "abi_version"):
+                continue  # a class attribute, a plain file in real sysfs too
             assert os.path.islink(link)
             assert not os.path.isabs(os.readlink(link))
             assert os.path.realpath(link).startswith(real_root + os.sep)
@@ -45,6 +48,20 @@ def test_class_entries_are_relative_links_that_stay_inside_root(sim_root):
     assert _read(sim_root, "sys/class/infiniband/mlx5_1/device/numa_node") == "1"
     assert os.listdir(os.path.join(sim_root, "sys/class/infiniband/mlx5_1/device/net")) == ["ens2f0"]
     assert _read(sim_root, "sys/class/infiniband/mlx5_1/device/infiniband_verbs/uverbs1/ibdev") == "mlx5_1"
+
+
+def test_what_libibverbs_reads_is_written(sim_root):
+    # rdma-core 44 (libibverbs/init.c): class ABI, per uverbsN ibdev/dev/abi_version, the PCI modalias
+    # its provider matches (mlx5: pci:v000015B3d00001017sv*), and the uverbs device link.
+    assert _read(sim_root, "sys/class/infiniband_verbs/abi_version") == "6"
+    for k in (0, 1):
+        uverbs = f"sys/class/infiniband_verbs/uverbs{k}"
+        assert (_read(sim_root, uverbs + "/ibdev"), _read(sim_root, uverbs + "/dev"),
+                _read(sim_root, uverbs + "/abi_version")) == (f"mlx5_{k}", f"231:{192 + k}", "1")
+        assert os.path.realpath(os.path.join(sim_root, uverbs, "device")) == os.path.realpath(
+            os.path.join(sim_root, f"sys/class/infiniband/mlx5_{k}/device"))
+        modalias = _read(sim_root, f"sys/class/infiniband/mlx5_{k}/device/modalias")
+        assert fnmatch.fnmatch(modalias, "pci:v000015B3d00001017sv*")
 
 
 def test_sim_host_gid_table_is_roce_v1_v2_pairs(sim_root):
@@ -154,6 +171,7 @@ def _bad(mutate):
         (lambda s: s["devices"][0].update(pci=None), r"spec.devices\[0\]: a virtual device .* parent_netdev"),
         (lambda s: s["devices"][0]["ports"][0].update(gid_tbl_len=2), r"gids index 2: outside gid_tbl_len 2"),
         (lambda s: s["netdevs"][0].update(name="a/b"), r"spec.netdevs\[0\].name 'a/b'"),
+        (lambda s: s["devices"][0].update(uverbs="uverbs/../x"), r"spec.devices\[0\].uverbs 'uverbs/../x': must be"),
     ],
 )
 def test_spec_errors_name_the_field(tmp_path, mutate, message):
@@ -172,6 +190,10 @@ def test_odd_host_models_virtual_ib_down_and_unknown_numa(tmp_path):
     assert _read(root, "sys/class/infiniband/mlx5_2/ports/1/link_layer") == "InfiniBand"
     assert _read(root, "sys/class/infiniband/mlx5_0/ports/1/gids/2") == fs.ZERO_GID  # the hole
     assert _read(root, "sys/class/infiniband_verbs/uverbs3/ibdev") == "rxe0"
+    # rxe: no parent device (so no uverbs device link nor modalias), the kernel's rxe ABI 2.
+    assert not os.path.lexists(os.path.join(root, "sys/class/infiniband_verbs/uverbs3/device"))
+    assert _read(root, "sys/class/infiniband_verbs/uverbs3/abi_version") == "2"
+    assert _read(root, "sys/class/infiniband/mlx5_2/device/modalias").startswith("pci:v000015B3d0000101Bsv")
 
 
 def test_bench_host_fills_every_slot():

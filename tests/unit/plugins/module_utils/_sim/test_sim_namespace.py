@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -72,6 +73,12 @@ def test_namespaced_host_lifecycle(lab):
     assert host["boot_id"] != ns.machine_boot_id()
     assert sorted(os.listdir(_inside(host, "sys/class/infiniband"))) == ["mlx5_0", "mlx5_1"]
     assert sorted(os.listdir(_inside(host, "sys/class/net"))) == ["ens1f0", "ens2f0"]
+    # libibverbs' character devices, in the host's own /dev/infiniband only, numbered by the tree.
+    for k in (0, 1):
+        node = os.stat(_inside(host, f"dev/infiniband/uverbs{k}"))
+        numbers = _inside(host, f"sys/class/infiniband_verbs/uverbs{k}/dev").read_text().strip()
+        assert stat.S_ISCHR(node.st_mode) and f"{os.major(node.st_rdev)}:{os.minor(node.st_rdev)}" == numbers
+    assert os.stat(_inside(host, "dev/infiniband")).st_dev != os.stat("/dev/infiniband").st_dev  # its own tmpfs
     (lab_dir / "sim-a/run/orbite/locks/mark").write_text("x")
     assert _inside(host, "run/orbite/locks/mark").exists()
     # The node work dir (/var/tmp/orbite for the runner role) is the host's own, kept in its root.

@@ -192,6 +192,24 @@ def _port_down(inventory):
     inventory["devices"]["mlx5_1"]["ports"]["1"]["state"] = {"name": "DOWN", "num": 1}
 
 
+def _libibverbs_checked(inventory, drop=(), **change):
+    """The verbs record as the module writes it when libibverbs enumerated the node, listing the
+    inventory's devices but ``drop``, each updated with ``change``; the module's own verdict on it
+    (count, mismatches) is made to agree, so only a re-comparison sees the defect."""
+    listed = [dict({"name": name, "uverbs": dev["uverbs"], "node_guid": dev["node_guid"],
+                    "node_type": dev["node_type"], "opened": False, "open_error": "ENOENT (No such file or directory)"},
+                   **change)
+              for name, dev in sorted(inventory["devices"].items()) if name not in drop]
+    inventory["verbs"].update(status="checked", reason=None, sysfs="/sys", enumerated=listed, devices=len(listed),
+                              comparisons=1 + 3 * len(listed), mismatches=[])
+
+
+def _both_inventories(case_dir, change):
+    """The same change before and after the child (the inventory itself stays unchanged across it)."""
+    for when in ("before", "after"):
+        edit_json(_inventory(case_dir, when), change)
+
+
 def _swap_tiers(ledger):
     for entry in ledger["discovery"]["memory_tiers"]:
         entry["tiers"].reverse()
@@ -203,6 +221,7 @@ MUTATIONS = {
     "discovery.nics": ("rad", lambda d: edit_json(_requester_ledger(d), lambda x: x["discovery"][
         "chosen_nic_ids"].reverse())),
     "discovery.tiers": ("rad", lambda d: edit_json(_requester_ledger(d), _swap_tiers)),
+    "discovery.verbs": ("rad", lambda d: _both_inventories(d, lambda x: _libibverbs_checked(x, drop=("mlx5_1",)))),
     "discovery.strict_pin": ("rad", lambda d: edit_json(_requester_ledger(d), lambda x: x["discovery"][
         "strict_gid_request"].update(retained_owners=1))),
     "journal.identity": ("ra", lambda d: edit_lines(_journal(d, "source"), lambda lines: _set_identity(
@@ -272,6 +291,21 @@ def test_mutated_receipt_fails_exactly_its_rule(healthy, tmp_path, code):
         assert failed[0] == code
     else:
         assert failed == [code]
+
+
+@pytest.mark.parametrize(("change", "failed"), [
+    (_libibverbs_checked, []),  # libibverbs listed exactly the inventory's devices
+    (lambda x: _libibverbs_checked(x, node_guid="0c42:a103:00ff:0010"), ["discovery.verbs"]),
+    (lambda x: _libibverbs_checked(x, node_type={"num": 4, "name": "RNIC"}), ["discovery.verbs"]),
+    (lambda x: (_libibverbs_checked(x), x["verbs"]["enumerated"].append(x["verbs"]["enumerated"][0])),
+     ["discovery.verbs"]),  # one device listed twice: same names, another count
+    (lambda x: x["verbs"].update(status="failed", reason="libibverbs enumeration died of SIGSEGV"),
+     ["discovery.verbs"]),
+])
+def test_the_libibverbs_enumeration_is_compared_again(healthy, tmp_path, change, failed):
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "rad")
+    _both_inventories(case_dir, change)
+    assert _failed(run_dir) == failed
 
 
 def test_a_case_planned_but_absent_is_a_fail(healthy, tmp_path):
