@@ -153,3 +153,23 @@ def test_crate_unit_tests_and_format():
     for argv in (["cargo", "fmt", "--check"], ["cargo", "test", "--offline", "--locked", "--quiet"]):
         done = subprocess.run(argv, cwd=CRATE, capture_output=True, text=True, env=env, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- red checks: defects compiled into the test build only (cargo feature test-defects) ----------
+
+NATIVE_DEFECTS = [
+    ("overwrite_guard", RAIL_ACCOUNTING, "ledger.guards", {"requester": 1, "source": 0}),
+    ("corrupt_byte", WRITE_EVENTS_HOST, "ledger.bytes", {"requester": 0, "source": 1}),
+    ("skip_guard_check", RAIL_ACCOUNTING, "ledger.guards", {"requester": 0, "source": 0}),
+    ("exceed_sq_depth", RAIL_ACCOUNTING, "qps.sq_depth", {"requester": 0, "source": 0}),
+]
+
+
+@pytest.mark.parametrize(("defect", "profile", "code", "codes"), NATIVE_DEFECTS,
+                         ids=[f"{d}-{p['operation']}" for d, p, _c, _e in NATIVE_DEFECTS])
+def test_test_build_defect_fails_exactly_its_rule(tmp_path, defect, profile, code, codes):
+    run_dir = tmp_path / "run"
+    case_dir = run_pair(run_dir, "case", profile, defects=[defect], runner=reference_runner(defects=True))
+    assert exit_codes(case_dir) == codes
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["run.diagnostic", code]  # a run with a defect switch is never a PASS
