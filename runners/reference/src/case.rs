@@ -254,6 +254,13 @@ pub fn validate(raw: &Json) -> Result<Case, CaseError> {
         None | Some(Json::Int(1)) => {}
         v => return fail("profile.generations", v, &format!("must be 1 in mode {mode}")),
     }
+    if generation != 1 {
+        return fail(
+            "generation",
+            raw.get("generation"),
+            "must be <= profile.generations (1)",
+        );
+    }
     let wrs = parents * ((payload + block - 1) / block);
     if wrs > MAX_WRS_PER_ROUND {
         return fail(

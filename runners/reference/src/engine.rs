@@ -1436,11 +1436,7 @@ impl Engine {
                                 &format!("QP request {} does not fit this engine", item.to_text()),
                             ));
                         }
-                        let depth = item
-                            .get("max_send_wr")
-                            .and_then(Json::as_int)
-                            .map_or(SEND_QUEUE_DEPTH, |d| d as u32);
-                        let i = self.new_qp(rail as usize, lane as usize, rnd.no, depth)?;
+                        let i = self.new_qp(rail as usize, lane as usize, rnd.no, SEND_QUEUE_DEPTH)?;
                         // To RTS before the answer: the requester may post at once.
                         self.connect_qp(i, &item, rnd.no)?;
                         by_peer.insert((rail as usize, lane as usize), i);

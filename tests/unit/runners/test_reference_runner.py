@@ -87,6 +87,7 @@ def test_protocol(runner):
     ({"verbs_library": "wrong sha256"}, "verbs_library.sha256"),
     ({"verbs_library": {"path": "relative.so", "sha256": "0" * 64}}, "verbs_library.path"),
     ({"rails": [{"device": "mlx5_0", "port": 1, "gid_index": 3}]}, "rails"),
+    ({"generation": 2}, "generation"),
 ])
 def test_case_errors_exit_2_naming_the_field(runner, tmp_path, over, field):
     if over.get("verbs_library") == "wrong sha256":  # the lab's provider, another hash: never loaded
