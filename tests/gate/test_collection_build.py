@@ -17,6 +17,7 @@ RUNTIME_TREES = (
     "playbooks",
     "meta",
     "sim",
+    "runners",
     "observers",
     "profiles",
     "schemas",

@@ -49,11 +49,18 @@ def runner_zipapp():
     return _ZIPAPP[0]
 
 
-def artifacts():
-    """The plan's artifacts section for runs of this harness (docs/verifier.md)."""
+def sim_runner():
+    """The plan's runner entry of the simulated runner (the zipapp)."""
     app, sha = runner_zipapp()
+    return {"kind": "sim", "path": str(app), "sha256": sha}
+
+
+def artifacts(runner=None):
+    """The plan's artifacts section for runs of this harness (docs/verifier.md); ``runner`` = the plan's
+    runner entry ({kind, path, sha256}; default the simulated runner, tests/helpers/reference_runner.py
+    gives the native reference runner's)."""
     lab = sim_harness.native()
-    return {"runner": {"kind": "sim", "path": str(app), "sha256": sha},
+    return {"runner": dict(runner or sim_runner()),
             "verbs_library": dict(lab["verbs_library"]),
             "observers": {tool: dict(entry) for tool, entry in lab["observers"].items()}}
 
@@ -70,9 +77,11 @@ def _save_inventory(root, path):
     Path(path).write_text(json.dumps(sysfs_inventory.read_inventory(root), sort_keys=True))
 
 
-def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
+def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None):
     """Run source then requester, each as a child of a real lock supervisor on its fake host, the
-    way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/)."""
+    way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/).
+    ``runner``: the plan's runner entry (default the simulated runner's zipapp run by the interpreter;
+    kind native: the binary itself, pinned as argv[0])."""
     from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
         SupervisorClient,
         start_supervisor,
@@ -84,8 +93,8 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
     case_dir = run_dir / "cases" / case_id
     observers = ["accounting"] if profile["mode"] in ("installed-rail-accounting",) else []
     registrations = {role: f"{run_id}-{case_id}-{role}" for role in ("source", "requester")}
-    app, app_sha = runner_zipapp()
-    plan_artifacts = artifacts()
+    runner = dict(runner or sim_runner())
+    plan_artifacts = artifacts(runner)
     clients, children, ready = {}, {}, {}
     try:
         for role in ("source", "requester"):
@@ -107,10 +116,14 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
             env = {"PATH": "/usr/bin:/bin"}
             if tools:  # the real observers, preloaded by hash by the supervisor (docs/observers.md)
                 env["ORBITE_OBSERVER_LOG"] = str(out / f"observer-{tools[0]}.jsonl")
-            argv = [sys.executable, str(app), "--case", str(out / "case.json"), "--output", str(out)]
+            argv = [runner["path"], "--case", str(out / "case.json"), "--output", str(out)]
+            if runner["kind"] == "sim":
+                argv.insert(0, sys.executable)
+            at = argv.index("--case")  # the runner is pinned at argv[at - 1], its case file at argv[at + 1]
             children[role] = clients[role].launch(
                 argv, env=env, cwd=str(out), stdout_path=str(out / "runner.stdout"),
-                stderr_path=str(out / "runner.stderr"), argv_pins={1: app_sha, 3: None}, record_json=[3],
+                stderr_path=str(out / "runner.stderr"), argv_pins={at - 1: runner["sha256"], at + 1: None},
+                record_json=[at + 1],
                 ld_preload=[plan_artifacts["observers"][tool] for tool in tools])
             if role == "source":
                 deadline = time.monotonic() + 30
@@ -127,7 +140,7 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120):
                 _save_inventory(roots[role], case_dir / role / "g1" / "inventory-after.json")
     finally:
         stop_supervisors(clients, case_dir)
-    write_case(run_dir, case_id, profile, registrations, defects)
+    write_case(run_dir, case_id, profile, registrations, defects, runner)
     return case_dir
 
 
@@ -138,22 +151,24 @@ def stop_supervisors(clients, case_dir):
         shutil.copy(Path(client.journal_path), case_dir / role / "journal.jsonl")
 
 
-def write_case(run_dir, case_id, profile, registrations, defects=()):
+def write_case(run_dir, case_id, profile, registrations, defects=(), runner=None):
     """The case's own case.json (hosts, supervisor run id, registrations) and the run's run.json."""
     run_dir = Path(run_dir)
     hosts = {"source": profile["source"], "requester": profile["requester"]}
     (run_dir / "cases" / case_id / "case.json").write_text(json.dumps(
         {"schema": "orbite.case", "version": 1, "case_id": case_id, "profile": profile, "hosts": hosts,
          "supervisor_run_id": f"{run_dir.name}-{case_id}", "registrations": registrations}))
-    write_plan(run_dir, case_id, profile, defects)
+    write_plan(run_dir, case_id, profile, defects, runner)
 
 
-def write_plan(run_dir, case_id, profile, defects=()):
+def write_plan(run_dir, case_id, profile, defects=(), runner=None):
     """Add the case to run_dir's run.json (made if missing): the whole plan, as run_plan writes it."""
     run_json = Path(run_dir) / "run.json"
     plan = json.loads(run_json.read_text()) if run_json.exists() else {}
-    plan.update(schema="orbite.run", version=1, run_id=Path(run_dir).name, allow_dirty=False, runner_kind="sim",
-                artifacts=artifacts(), cases=sorted(set(plan.get("cases", [])) | {case_id}),
+    runner = runner or sim_runner()
+    plan.update(schema="orbite.run", version=1, run_id=Path(run_dir).name, allow_dirty=False,
+                runner_kind=runner["kind"], artifacts=artifacts(runner),
+                cases=sorted(set(plan.get("cases", [])) | {case_id}),
                 profiles=dict(plan.get("profiles", {}), **{case_id: profile}),
                 hosts=dict(plan.get("hosts", {}), **{case_id: {"source": profile["source"],
                                                                "requester": profile["requester"]}}),

@@ -1,0 +1,176 @@
+"""The native reference runner (runners/reference) against the loopback verbs provider.
+
+Two real processes of the release build, each a child of a real lock supervisor on its fake host
+(tests/helpers/sim_pair.py, the gate's way: binary pinned as argv[0] and run from its sealed copy,
+case file pinned and journaled, the real accounting observer preloaded into the requester), and the
+receipts judged by the project's verifier with the same rules as the simulated runner's: no
+special case. Plus the contract's edges (exit codes, case errors, a killed runner's checkpoint).
+Loopback only: run in a network namespace of its own (unshare -n).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.reference_runner import CRATE, cargo_available, reference_runner
+from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, exit_codes, run_pair
+
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import rules
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "sim"))
+import sim_harness as H
+
+pytestmark = pytest.mark.skipif(not cargo_available(), reason="needs cargo and a C compiler")
+WRITE_EVENTS_HOST = dict(SMALL_HOST, operation="write", rdma_events=True)
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return reference_runner()
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory, runner):
+    run_dir = tmp_path_factory.mktemp("native") / "run"
+    run_pair(run_dir, "ra", RAIL_ACCOUNTING, runner=runner)
+    run_pair(run_dir, "ih", WRITE_EVENTS_HOST, runner=runner)
+    run_pair(run_dir, "rad", dict(RAIL_ACCOUNTING, discovery="auto"), runner=runner)
+    return run_dir
+
+
+def test_native_pair_passes_every_rule(healthy, runner):
+    verdict = verify_run(str(healthy), write=False)
+    assert verdict["verdict"] == "PASS", verdict["failed_codes"]
+    assert verdict["runner_kind"] == "native"
+    codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
+    assert {r.code for r in rules.RULES if r.group != "restart"} <= codes
+    for case in ("ra", "ih", "rad"):
+        assert exit_codes(healthy / "cases" / case) == {"source": 0, "requester": 0}
+        ledger = json.loads((healthy / "cases" / case / "requester" / "g1" / "ledger.json").read_text())
+        assert ledger["runner"]["kind"] == "native" and ledger["runner"]["defects"] == []
+        # The supervisor ran the pinned binary from its sealed copy, never the installed file.
+        journal = (healthy / "cases" / case / "requester" / "journal.jsonl").read_text()
+        assert runner["sha256"] in journal
+
+
+def _case(tmp_path, role="source", **over):
+    roots = H.make_hosts()
+    extra = {"service_address": "127.0.0.1:0"} if role == "source" else {"peer_address": "127.0.0.1:9"}
+    case = H.base_case(H.profile("installed-rail-accounting"), role, roots[0], **extra)
+    case.update(over)
+    return H.write_case(tmp_path / "case.json", case)
+
+
+def _run(runner, *argv, env=None, timeout=60):
+    return subprocess.run([runner["path"], *argv], capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else {"PATH": "/usr/bin:/bin"}, check=False)
+
+
+def _ledger(out):
+    return json.loads((Path(out) / "ledger.json").read_text())
+
+
+def test_protocol(runner):
+    done = _run(runner, "--protocol")
+    assert (done.returncode, done.stdout) == (0, "orbite-installed-host-v4\n")
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"colour": 1}, "colour"),
+    ({"profile": dict(H.profile("installed-restart"), fault_role="source", generations=2)}, "profile.mode"),
+    ({"defects": ["corrupt_byte"]}, "defects"),
+    ({"verbs_library": "wrong sha256"}, "verbs_library.sha256"),
+    ({"verbs_library": {"path": "relative.so", "sha256": "0" * 64}}, "verbs_library.path"),
+    ({"rails": [{"device": "mlx5_0", "port": 1, "gid_index": 3}]}, "rails"),
+    ({"generation": 2}, "generation"),
+])
+def test_case_errors_exit_2_naming_the_field(runner, tmp_path, over, field):
+    if over.get("verbs_library") == "wrong sha256":  # the lab's provider, another hash: never loaded
+        over = {"verbs_library": dict(H.native()["verbs_library"], sha256="0" * 64)}
+    out = tmp_path / "out"
+    done = _run(runner, "--case", _case(tmp_path, **over), "--output", str(out))
+    assert done.returncode == 2, done.stderr
+    assert f"case field {field} = " in done.stderr
+    ledger = _ledger(out)
+    assert (ledger["status"], ledger["exit_code"], ledger["errors"][0]["error"]) == ("case_error", 2, "InvalidArgument")
+    assert "rails" not in ledger  # nothing was opened
+
+
+def test_bad_invocations_exit_2(runner, tmp_path):
+    assert _run(runner, "--case", "x").returncode == 2
+    assert _run(runner, "--frobnicate").returncode == 2
+    env = {"PATH": "/usr/bin:/bin", "RDMAV_ALLOW_DISASSOC_DESTROY": "1"}
+    done = _run(runner, "--case", _case(tmp_path), "--output", str(tmp_path / "o"), env=env)
+    assert done.returncode == 2 and "RDMAV_ALLOW_DISASSOC_DESTROY" in done.stderr
+
+
+def test_missing_device_is_unavailable_exit_3(runner, tmp_path):
+    rails = [{"device": "mlx5_9", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}]
+    out = tmp_path / "out"
+    done = _run(runner, "--case", _case(tmp_path, rails=rails), "--output", str(out))
+    assert done.returncode == 3, done.stderr
+    ledger = _ledger(out)
+    assert ledger["status"] == "failed" and ledger["errors"][0]["error"] == "Unavailable"
+    assert "mlx5_9" in ledger["errors"][0]["message"]
+    assert ledger["teardown"]["retained_owners"] == 0
+
+
+def test_unreachable_source_exit_4(runner, tmp_path):
+    out = tmp_path / "out"
+    done = _run(runner, "--case", _case(tmp_path, "requester", timeouts={"connect_s": 0.5}), "--output", str(out))
+    assert done.returncode == 4, done.stderr
+    ledger = _ledger(out)
+    assert (ledger["status"], ledger["errors"][0]["error"]) == ("failed", "Timeout")
+    assert ledger["teardown"]["retained_owners"] == 0 and ledger["teardown"]["contexts_closed"] == 2
+
+
+def test_killed_runner_leaves_its_checkpoint(runner, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([runner["path"], "--case", _case(tmp_path), "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"})
+    try:
+        H.wait_ready(proc, out)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ledger = _ledger(out)
+    assert (ledger["status"], ledger["exit_code"], ledger["teardown"]) == ("running", None, None)
+    assert len(ledger["contexts"]) == 2 and ledger["service_address"].startswith("127.0.0.1:")
+    ready = json.loads((out / "ready.json").read_text())
+    assert ready["pid"] == proc.pid and ready["service_address"] == ledger["service_address"]
+
+
+def test_crate_unit_tests_and_format():
+    target = Path(CRATE).parents[1] / "tests" / "output" / "reference-runner" / "unit"
+    env = dict(os.environ, CARGO_TARGET_DIR=str(target))
+    for argv in (["cargo", "fmt", "--check"], ["cargo", "test", "--offline", "--locked", "--quiet"]):
+        done = subprocess.run(argv, cwd=CRATE, capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- red checks: defects compiled into the test build only (cargo feature test-defects) ----------
+
+NATIVE_DEFECTS = [
+    ("overwrite_guard", RAIL_ACCOUNTING, "ledger.guards", {"requester": 1, "source": 0}),
+    ("corrupt_byte", WRITE_EVENTS_HOST, "ledger.bytes", {"requester": 0, "source": 1}),
+    ("skip_guard_check", RAIL_ACCOUNTING, "ledger.guards", {"requester": 0, "source": 0}),
+    ("exceed_sq_depth", RAIL_ACCOUNTING, "qps.sq_depth", {"requester": 0, "source": 0}),
+]
+
+
+@pytest.mark.parametrize(("defect", "profile", "code", "codes"), NATIVE_DEFECTS,
+                         ids=[f"{d}-{p['operation']}" for d, p, _c, _e in NATIVE_DEFECTS])
+def test_test_build_defect_fails_exactly_its_rule(tmp_path, defect, profile, code, codes):
+    run_dir = tmp_path / "run"
+    case_dir = run_pair(run_dir, "case", profile, defects=[defect], runner=reference_runner(defects=True))
+    assert exit_codes(case_dir) == codes
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["run.diagnostic", code]  # a run with a defect switch is never a PASS
