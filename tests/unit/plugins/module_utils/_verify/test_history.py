@@ -7,14 +7,18 @@ A clean run and a run with one defect switch, both real simulated-runner output
 import hashlib
 import json
 import multiprocessing
+import shutil
 from html.parser import HTMLParser
 
 import pytest
 from helpers.modules import run_module
+from helpers.receipts import edit_json
 from helpers.sim_pair import RAIL_ACCOUNTING, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import history
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+
+NEW = [{"case": "ra", "code": "qps.sq_depth"}, {"case": "run", "code": "run.diagnostic"}]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +35,7 @@ def test_compare_lists_exactly_the_defect_as_new(runs):
     assert verdicts["clean"]["verdict"] == "PASS"
     result = history.compare_runs(str(runs_dir / "clean"), str(runs_dir / "defect"))
     # The one rule the switch breaks, and run.diagnostic: a plan naming a defect switch never passes.
-    assert result["newly_failing"] == [{"case": "ra", "code": "qps.sq_depth"}, {"case": "run", "code": "run.diagnostic"}]
+    assert result["newly_failing"] == NEW
     assert (result["newly_passing"], result["still_failing"], result["no_longer_checked"]) == ([], [], [])
     assert result["b"]["defects"] == ["exceed_sq_depth"]
     moved = {m["figure"]: (m["a"], m["b"]) for m in result["moved"]}
@@ -50,7 +54,7 @@ def test_compare_module_by_run_id(runs, tmp_path):
     out = run_module("run_compare", tmp_path, {"a": "clean", "b": "defect", "runs_dir": str(runs_dir),
                                                "output": str(tmp_path / "compare.json")})
     assert not out.get("failed"), out
-    assert out["newly_failing"] == [{"case": "ra", "code": "qps.sq_depth"}, {"case": "run", "code": "run.diagnostic"}]
+    assert out["newly_failing"] == NEW
     assert out["lines"][1] == "newly failing: ra:qps.sq_depth, run:run.diagnostic"
     assert json.loads((tmp_path / "compare.json").read_text())["newly_failing"] == out["newly_failing"]
     bad = run_module("run_compare", tmp_path, {"a": "../etc", "b": "defect", "runs_dir": str(runs_dir)})
@@ -114,3 +118,23 @@ def test_an_unreadable_index_is_kept_aside(tmp_path):
     history.update_index(str(tmp_path), {"run_id": "r1", "date": None, "verdict": "FAIL", "failed_codes": ["x.y"]})
     assert (tmp_path / "index.json.unreadable").read_text().endswith("[")
     assert [run["run_id"] for run in json.loads((tmp_path / "index.json").read_text())["runs"]] == ["r1"]
+
+
+def test_the_verdict_names_the_origin_of_a_rerun(runs, tmp_path):
+    runs_dir, _verdicts = runs
+    rerun = tmp_path / "runs" / "clean"
+    shutil.copytree(runs_dir / "clean", rerun, ignore=shutil.ignore_patterns("verdict.*"))
+    origin = {"run_id": "defect", "run_dir": str(runs_dir / "defect"), "cases": ["ra"]}
+    edit_json(rerun / "run.json", lambda plan: plan.update(origin=origin))
+    verdict = verify_run(str(rerun), index_dir=str(tmp_path / "runs"))
+    assert verdict["verdict"] == "PASS" and verdict["origin"] == origin
+    assert json.loads((rerun / "verdict.json").read_text())["origin"] == origin
+    assert f"Rerun of `defect` ({runs_dir / 'defect'})" in (rerun / "verdict.md").read_text()
+    assert 'class="origin">Rerun of <code>defect</code>' in (rerun / "verdict.html").read_text()
+    (entry,) = json.loads((tmp_path / "runs" / "index.json").read_text())["runs"]
+    assert entry["origin"] == origin
+    # An origin that is not a run's is a plan that breaks a rule: run.plan, never a PASS.
+    edit_json(rerun / "run.json", lambda plan: plan.update(origin={"run_id": "../x", "run_dir": "/r", "cases": []}))
+    broken = verify_run(str(rerun), write=False)
+    assert broken["verdict"] == "FAIL" and broken["failed_codes"] == ["run.plan"]
+    assert "origin=" in broken["run_findings"][0]["message"]
