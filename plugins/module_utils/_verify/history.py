@@ -255,7 +255,7 @@ def compare_lines(result):
              f"still failing: {codes(result['still_failing'])}"]
     if result["no_longer_checked"]:
         lines.append(f"failing in A, not checked in B: {codes(result['no_longer_checked'])}")
-    lines.append("figures moved: " + (", ".join(f"{m['case']}:{m['figure']} {m['a']} -> {m['b']}"
-                                                 for m in result["moved"][:20]) or "none")
-                 + (f" (+{len(result['moved']) - 20} more)" if len(result["moved"]) > 20 else ""))
+    moved = ", ".join(f"{m['case']}:{m['figure']} {m['a']} -> {m['b']}" for m in result["moved"][:20]) or "none"
+    more = f" (+{len(result['moved']) - 20} more)" if len(result["moved"]) > 20 else ""
+    lines.append(f"figures moved: {moved}{more}")
     return lines

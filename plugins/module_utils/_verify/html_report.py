@@ -105,7 +105,7 @@ def bytes_plot(points):
             groups.append((key, []))
         groups[-1][1].append(point)
     span = (WIDTH - 2 * PAD) / max(1, sum(len(g[1]) for g in groups) + len(groups))
-    bar = span / 3.5
+    bar_w = span / 3.5
     body = [_text(PAD, 16, f"payload bytes per rail per round (max {top:,} B)", 12)]
     base = height - 40
     x = PAD
@@ -118,10 +118,10 @@ def bytes_plot(points):
                 h = (value or 0) / top * (base - 30)
                 body.append(f'<rect class="bar" data-generation="{_e(generation)}" data-round="{_e(rnd)}" '
                             f'data-rail="{_e(point["rail"])}" data-kind="{kind}" data-value="{_e(value)}" '
-                            f'x="{x + offset * bar:.1f}" y="{base - h:.1f}" width="{bar * 0.9:.1f}" '
+                            f'x="{x + offset * bar_w:.1f}" y="{base - h:.1f}" width="{bar_w * 0.9:.1f}" '
                             f'height="{h:.1f}" fill="{color}"><title>g{_e(generation)} round {_e(rnd)} rail '
                             f'{_e(point["rail"])} {kind}: {_e(value)} B</title></rect>')
-            body.append(_text(x + bar * 1.5, base + 14, f"rail {point['rail']}", 9, "middle"))
+            body.append(_text(x + bar_w * 1.5, base + 14, f"rail {point['rail']}", 9, "middle"))
             x += span
         x += span
     body.append(f'<line x1="{PAD}" y1="{base}" x2="{WIDTH - PAD}" y2="{base}" stroke="#333"/>')
@@ -143,9 +143,9 @@ def inflight_plot(entry):
     def xy(index, value):
         return left + index / events * (right - left), base - value / top * (base - 30)
 
+    bucketed = f" (highest of each {entry['bucket']})" if entry["bucket"] > 1 else ""
     body = [_text(PAD, 16, f"g{entry['generation']} {entry['tool']}: payload WRs in flight per QP over "
-                           f"{entry['events']} logged events" + (f" (highest of each {entry['bucket']})"
-                                                                  if entry["bucket"] > 1 else ""), 12)]
+                           f"{entry['events']} logged events{bucketed}", 12)]
     bx, by = xy(0, bound)
     body.append(f'<line class="bound" data-bound="{_e(bound)}" x1="{bx:.1f}" y1="{by:.1f}" x2="{right}" '
                 f'y2="{by:.1f}" stroke="{COLORS["bad"]}" stroke-dasharray="6 4"/>')
