@@ -150,6 +150,8 @@ def inflight_plot(entry):
     body.append(f'<line class="bound" data-bound="{_e(bound)}" x1="{bx:.1f}" y1="{by:.1f}" x2="{right}" '
                 f'y2="{by:.1f}" stroke="{COLORS["bad"]}" stroke-dasharray="6 4"/>')
     body.append(_text(right, by - 4, f"SQ depth {bound}", 10, "end", COLORS["bad"]))
+    for tick in sorted({0, top}):
+        body.append(_text(left - 4, xy(0, tick)[1] + 4, str(tick), 10, "end"))
     for index, (qpn, points) in enumerate(entry["qps"].items()):
         color = QP_COLORS[index % len(QP_COLORS)]
         coords = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in points)

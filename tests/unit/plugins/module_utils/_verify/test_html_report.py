@@ -176,3 +176,19 @@ def test_self_contained_and_escaped(broken):
                                                                  message='<img src="http://x/">&')])]
     page = parse(render_html(hostile))
     assert not {tag for tag, _a in page.elements} & {"script", "img"}
+
+
+BROWSER = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no headless chromium (optional: apt-get install chromium-headless-shell)")
+def test_a_real_browser_renders_the_page(broken, tmp_path):
+    import subprocess
+
+    _run_dir, _verdict, text = broken
+    page = tmp_path / "verdict.html"
+    page.write_text(text)
+    shot = tmp_path / "shot.png"
+    subprocess.run([BROWSER, "--no-sandbox", "--disable-gpu", f"--screenshot={shot}", "--window-size=1200,2400",
+                    page.as_uri()], capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
