@@ -209,6 +209,8 @@ options:
     description:
       - With O(state=finished), wait at most this many seconds, then return RV(finished) (false while
         the runner still runs) and its progress. Unset, wait until the runner exits or O(timeout).
+      - Under a supervisor lease shorter than 30 s the call waits up to O(timeout) instead (the pause
+        before the next call could outlast the lease).
     type: float
   label:
     description: What RV(progress_line) names the runner by (the case ID).

@@ -41,6 +41,9 @@ RESTART_POINT_NAME = "restart-point.json"
 LEDGER_NAME = "ledger.json"
 # The runner's progress receipt (docs/receipts.md section 3), rewritten as it goes; informational.
 PROGRESS_NAME = "progress.json"
+# Leases shorter than this (seconds) are not polled: the controller's pause between two calls of the polled
+# wait (module transfer and start, worse on a loaded controller) must stay well inside the lease.
+POLL_MIN_LEASE_S = 30.0
 CASE_NAME = "case.json"
 ROLES = ("source", "requester")
 READY_POLL_S = 0.02
@@ -400,11 +403,19 @@ def poll_finished(params):
     """Wait at most ``poll`` seconds for the runner, renewing the lease; return ``finished`` and the progress.
 
     ``finished`` false: the child still runs; call again. Fails with ``timeout`` once the child has run
-    longer than ``timeout`` seconds (the overall limit of the wait)."""
+    longer than ``timeout`` seconds (the overall limit of the wait). Under a lease shorter than
+    POLL_MIN_LEASE_S the call waits up to that limit (no pause between calls could outlast the lease)."""
     client = SupervisorClient(params["supervisor_run_dir"])
     try:
         client.renew()
-        state = _wait_renewing(client, params["child_id"], min(params["poll"], params["timeout"]))
+        budget = min(params["poll"], params["timeout"])
+        if float(client.status().get("lease_s") or 60) < POLL_MIN_LEASE_S:
+            # A short lease cannot absorb the controller's pause between two calls: wait in this one call
+            # (renewing as it goes) up to the overall limit, as without poll.
+            budget = max(0.0, params["timeout"] - (_run_seconds(client.wait(params["child_id"], timeout=0)) or 0.0))
+        state = _wait_renewing(client, params["child_id"], budget)
+        if state["timed_out"]:
+            client.renew()  # the pause before the next call starts from a whole lease
     except SupervisorError as error:
         raise RunnerError("wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
     progress = read_progress(params.get("output_dir"))

@@ -187,3 +187,24 @@ def test_the_polled_wait_shows_progress_renews_the_lease_and_keeps_the_overall_t
     done = run_helper("runner", tmp_path, wait)
     assert done["finished"] is True and done["child"]["exit_signal_name"] == "SIGKILL", done
     assert done["ledger"] == str(out / "ledger.json")
+
+
+def test_under_a_short_lease_the_polled_wait_waits_in_one_call(tmp_path, supervisor, fake_runner):
+    """The pause between two polls (module transfer and start) must never outlast the lease: under a lease
+    shorter than 30 s one call waits, renewing as it goes, up to the overall limit."""
+    import threading
+
+    started = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, env={"ORBITE_TEST_READY": "ok"}))
+    child = started["child"]
+    client = SupervisorClient(supervisor)
+    client.renew(lease=6)
+    killer = threading.Timer(2.5, client.signal, (child["child_id"], child["pid"], child["start_time"]))
+    killer.start()
+    try:
+        done = run_helper("runner", tmp_path, {"state": "finished", "supervisor_run_dir": supervisor,
+                                               "output_dir": str(tmp_path / "out"), "child_id": child["child_id"],
+                                               "timeout": 60, "poll": 0.3, "label": "short"})
+    finally:
+        killer.join()
+    assert done["finished"] is True and done["child"]["exit_signal_name"] == "SIGKILL", done
+    assert done["progress_line"].startswith("case short: no progress reported yet")
