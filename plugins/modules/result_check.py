@@ -10,7 +10,8 @@ version_added: 0.1.0
 description:
   - Reads every case the plan C(run.json) of a run directory names (layout in C(docs/verifier.md)),
     checks the runner ledgers, observer logs and other receipts against the profile's derived
-    workload with one stable code per rule, and writes the verdict as JSON, JUnit XML and Markdown.
+    workload with one stable code per rule, and writes the verdict as JSON, JUnit XML, Markdown and one
+    self-contained HTML page with plots drawn from the receipts (C(docs/reports.md)).
   - Fails closed. The verdict is C(PASS) only when the run finished and every planned case passed;
     a run not finished is C(INCOMPLETE), never C(PASS); a missing or invalid C(run.json) is the
     FAIL C(run.plan). The planned cases come from C(run.json), never from the directories found.
@@ -50,6 +51,13 @@ options:
       - The gate verifies after every case this way, so a killed controller leaves the verdict so far.
     type: bool
     default: false
+  index_dir:
+    description:
+      - The runs directory whose history (C(index.json) and C(index.html), C(docs/reports.md)) gets this run's
+        entry once the verdict is written, under a lock so concurrent runs never lose an entry.
+      - Defaults to the parent of O(run_dir) when that is named C(runs) (the gate's C(<orbite_work_dir>/runs));
+        otherwise no index is kept unless given.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -103,7 +111,7 @@ failed_codes:
   elements: str
   sample: []
 reports:
-  description: Paths of the JSON, JUnit XML and Markdown verdicts (not written in check mode).
+  description: Paths of the JSON, JUnit XML, Markdown and HTML verdicts (not written in check mode).
   returned: always
   type: dict
   contains:
@@ -119,6 +127,25 @@ reports:
       description: Path of C(verdict.md).
       type: str
       sample: /var/tmp/orbite-runs/ra-1/verdict.md
+    html:
+      description: Path of C(verdict.html).
+      type: str
+      sample: /var/tmp/orbite-runs/ra-1/verdict.html
+origin:
+  description: The run this one reruns the failed cases of (C(run_id), C(run_dir), C(cases)), or null.
+  returned: always
+  type: dict
+  sample: {run_id: ra-20261201T0100, run_dir: /var/lib/orbite/runs/ra-20261201T0100, cases: [write-events]}
+index:
+  description: Path of the runs index updated (C(index.json)), or null when none is kept.
+  returned: always
+  type: str
+  sample: /var/lib/orbite/runs/index.json
+index_error:
+  description: Why the runs index could not be updated (the verdict itself was written), else empty.
+  returned: always
+  type: str
+  sample: ""
 cases:
   description: Per planned case its verdict (C(PASS), C(FAIL) or C(INCOMPLETE)) and the codes that failed.
   returned: always
@@ -147,8 +174,11 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdi
 )
 
 
-def _summary(result, output_dir):
+def _summary(result, output_dir, index_dir=None):
     return {
+        "origin": result.get("origin"),
+        "index": os.path.join(index_dir, "index.json") if index_dir and not result.get("index_error") else None,
+        "index_error": result.get("index_error", ""),
         "verdict": result["verdict"],
         "complete": result["complete"],
         "diagnostic_only": result["diagnostic_only"],
@@ -167,6 +197,7 @@ def main():
             "output_dir": {"type": "path"},
             "cases": {"type": "list", "elements": "str"},
             "partial": {"type": "bool", "default": False},
+            "index_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -179,15 +210,22 @@ def main():
             ),
         )
     output_dir = module.params["output_dir"] or run_dir
+    index_dir = module.params["index_dir"]
+    parent = os.path.dirname(os.path.normpath(run_dir))
+    if index_dir is None and os.path.basename(parent) == "runs":
+        index_dir = parent
     try:
         result = verify_run(run_dir, output_dir=output_dir, write=not module.check_mode,
-                            cases=module.params["cases"], partial=module.params["partial"])
+                            cases=module.params["cases"], partial=module.params["partial"], index_dir=index_dir)
     except VerdictWriteError as error:
         # The verdict computed goes back with the failure, so the role can still publish it.
         fail_from(module, error, changed=True, **_summary(error.verdict, output_dir))
     if result.get("write_error"):  # a partial verdict: the final verification writes, or fails, later
         module.warn(f"the partial verdict could not be written: {result['write_error']}")
-    module.exit_json(changed=not module.check_mode, **_summary(result, output_dir))
+    if result.get("index_error"):
+        module.warn(result["index_error"])
+    module.exit_json(changed=not module.check_mode, **_summary(result, output_dir, None if module.check_mode
+                                                               else index_dir))
 
 
 if __name__ == "__main__":

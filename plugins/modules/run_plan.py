@@ -113,6 +113,25 @@ options:
             C(uverbs_fault)), each a mapping of C(path) (absolute) and C(sha256) and nothing else.
         type: dict
         default: {}
+  origin:
+    description:
+      - A rerun's origin (RV(orbite.qualification.run_origin#module:origin)), written into C(run.json) so the
+        verdict names the run whose failed cases this run repeats. Its C(cases) must be exactly the planned cases.
+    type: dict
+    suboptions:
+      run_id:
+        description: The earlier run's ID.
+        type: str
+        required: true
+      run_dir:
+        description: The earlier run's directory (absolute).
+        type: path
+        required: true
+      cases:
+        description: The cases that did not pass there, the ones planned here.
+        type: list
+        elements: str
+        required: true
 attributes:
   check_mode:
     support: full
@@ -194,6 +213,11 @@ def main():
                 }},
                 "observers": {"type": "dict", "default": {}},
             }},
+            "origin": {"type": "dict", "options": {
+                "run_id": {"type": "str", "required": True},
+                "run_dir": {"type": "path", "required": True},
+                "cases": {"type": "list", "elements": "str", "required": True},
+            }},
         },
         supports_check_mode=True,
     )
@@ -201,7 +225,7 @@ def main():
     try:
         changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
-                             defects=params["defects"], artifacts=params["artifacts"])
+                             defects=params["defects"], artifacts=params["artifacts"], origin=params["origin"])
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:

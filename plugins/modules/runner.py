@@ -18,7 +18,10 @@ description:
     its service address), so the requester can be started next (an explicit readiness barrier). It
     fails at once if the source exits first.
   - O(state=finished) waits for the child to exit (up to O(timeout)), renewing the supervisor's
-    lease meanwhile, and returns its exit status.
+    lease meanwhile, and returns its exit status. With O(poll) it waits at most O(poll) seconds and
+    returns RV(finished) and the runner's progress receipt (C(progress.json), C(docs/reports.md)), for
+    the role to call it again (C(until)/C(retries)); the collection's action plugin prints
+    RV(progress_line) at each call, so a stuck round shows within seconds.
   - O(state=restart_point) (installed-restart, C(docs/restart.md)) waits until the runner O(pid) wrote
     C(restart-point.json) in O(output_dir) (its generation's rounds done and drained), renewing the lease
     meanwhile; it fails at once if the runner exits first. Only then may the fault role be killed.
@@ -196,10 +199,22 @@ options:
     description: The runner's pid (C(pid) of RV(child)), with O(state=restart_point); the restart point must be its.
     type: int
   timeout:
-    description: Seconds to wait for the runner to exit (O(state=finished)) or reach its restart point
-      (O(state=restart_point)).
+    description:
+      - Seconds to wait for the runner to exit (O(state=finished)) or reach its restart point
+        (O(state=restart_point)).
+      - With O(poll), the longest the runner may run, counted from the supervisor's record of its start.
     type: float
     default: 600
+  poll:
+    description:
+      - With O(state=finished), wait at most this many seconds, then return RV(finished) (false while
+        the runner still runs) and its progress. Unset, wait until the runner exits or O(timeout).
+      - Under a supervisor lease shorter than 30 s the call waits up to O(timeout) instead (the pause
+        before the next call could outlast the lease).
+    type: float
+  label:
+    description: What RV(progress_line) names the runner by (the case ID).
+    type: str
 attributes:
   check_mode:
     support: partial
@@ -309,6 +324,24 @@ ledger:
   returned: success, not in check mode
   type: str
   sample: /var/tmp/orbite/ra-1/read-polling/source/g1/ledger.json
+finished:
+  description: With O(poll), whether the runner exited (false while it still runs).
+  returned: O(state=finished) with O(poll)
+  type: bool
+  sample: false
+progress:
+  description:
+    - The runner's progress receipt C(progress.json) (role, generation, round, rounds, phase, WRs done, posted
+      and in all in the round), or null when it wrote none (yet).
+  returned: O(state=finished) with O(poll)
+  type: dict
+  sample: {schema: orbite.runner-progress, version: 1, pid: 8656, role: requester, generation: 1, round: 2,
+           rounds: 3, phase: transfer, wrs_done: 43, wrs_posted: 51, wrs_total: 64, updated_at: 1796090473.5}
+progress_line:
+  description: The progress as one line.
+  returned: O(state=finished) with O(poll)
+  type: str
+  sample: case read-polling requester g1 round 2/3, 43 of 64 WRs (12.4 s)
 code:
   description: Stable failure code (C(bad_input), C(hash_mismatch) (a runner, observer or verbs library that is
     not its pin), C(output_not_empty), C(launch_failed), C(exited_before_ready), C(ready_invalid), C(ready_mismatch),
@@ -371,6 +404,8 @@ def main():
             "child_id": {"type": "str"},
             "pid": {"type": "int"},
             "timeout": {"type": "float", "default": 600},
+            "poll": {"type": "float"},
+            "label": {"type": "str"},
         },
         required_if=[("state", "started", _STARTED_REQUIRES), ("state", "finished", ("child_id",)),
                      ("state", "restart_point", ("child_id", "pid"))],

@@ -23,6 +23,7 @@ import time
 from . import content, sysfs
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, write_json_atomic
+from .progress import report as report_progress
 from .verbs import PROVIDER_COUNTERS, ResourceTable, VerbsError, gid_text, open_device
 
 RAILS = (0, 1)
@@ -363,6 +364,8 @@ class Engine:
 
     def record_round(self, rnd, *, batches, parents, wrs, usage, public, drain, progress, skew_rail=None):
         """Append the round's ledger record (docs/receipts.md section 1) and return it."""
+        report_progress(self, rnd.round_no, ROUNDS, "drained", sum(1 for w in wrs if w["completed_seq"] is not None),
+                        len(wrs), len(wrs))
         now = self.provider.counters()
         finished = time.time()
         record = {

@@ -28,6 +28,7 @@ from .engine import (
     slice_plan,
 )
 from .errors import EngineError, peer_lost, unavailable
+from .progress import report as report_progress
 from .verbs import OPCODES, WC_STATUS_NAMES, WC_SUCCESS, VerbsError
 
 POLL_BATCH = 64
@@ -168,6 +169,7 @@ class RequesterEngine(Engine):
         rnd.created = self.ensure_qps(round_no)
         placement = self.placement()
         sizes = slice_plan(self.payload, self.block, wrong="wrong_slicing" in self.defects)
+        report_progress(self, round_no, ROUNDS, "transfer", 0, self.parents * len(sizes))
         parents_msg = [{"parent": p, "rail": rail, "lane": lane, "bytes": self.payload}
                        for p, (rail, lane) in enumerate(placement)]
         if self.operation == "read":
@@ -275,6 +277,7 @@ class RequesterEngine(Engine):
                                    last)
             progress["cqes_polled"] += got
             done += got
+            report_progress(self, round_no, ROUNDS, "transfer", done, total, len(wrs), force=False)
             if got:
                 empty_run = 0
                 armed = False

@@ -111,12 +111,14 @@ def test_installed_read_only_collection_runs_the_gate_into_the_work_dir(repo_roo
     assert verdict["verdict"] == "PASS" and verdict["complete"], verdict.get("failed_codes")
     assert [case["case"] for case in verdict["cases"]] == ["read-polling", "write-events"]
     written = {p.name for p in (work / "runs" / "installed").iterdir()}
-    assert {"verdict.md", "verdict.xml", "run.json", "cases"} <= written
+    assert {"verdict.md", "verdict.xml", "verdict.html", "run.json", "cases"} <= written
 
     # The wrapper took the project's profile (discovery: auto) and stopped after the preflight.
     awx = " ".join((logs / "awx_check.log").read_text().split())
     assert "check mode: preflight passed (profile valid, 2 case(s) planned: read-polling, write-events" in awx
-    assert sorted(p.name for p in (work / "runs").iterdir()) == ["installed"]  # check mode wrote no run
+    # Check mode wrote no run; the runs index (docs/reports.md) names the one run.
+    assert sorted(p.name for p in (work / "runs").iterdir()) == ["index.html", "index.json", "index.lock", "installed"]
+    assert [run["run_id"] for run in json.loads((work / "runs" / "index.json").read_text())["runs"]] == ["installed"]
 
     # Nothing written into the collection, the directory the commands ran in, or elsewhere in HOME
     # (~/.ansible is ansible-core's own local temp).

@@ -15,6 +15,7 @@ and again by the runner on the bytes it loads). Stdlib only, Python >= 3.9.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import time
@@ -38,6 +39,11 @@ READY_NAME = "ready.json"
 # installed-restart: the runner's receipt that its generation's rounds are done and drained (docs/restart.md).
 RESTART_POINT_NAME = "restart-point.json"
 LEDGER_NAME = "ledger.json"
+# The runner's progress receipt (docs/receipts.md section 3), rewritten as it goes; informational.
+PROGRESS_NAME = "progress.json"
+# Leases shorter than this (seconds) are not polled: the controller's pause between two calls of the polled
+# wait (module transfer and start, worse on a loaded controller) must stay well inside the lease.
+POLL_MIN_LEASE_S = 30.0
 CASE_NAME = "case.json"
 ROLES = ("source", "requester")
 READY_POLL_S = 0.02
@@ -275,20 +281,31 @@ def _await_json(client, child_id, path, deadline, poll_s, between=None):
         time.sleep(poll_s)
 
 
+def _wait_renewing(client, child_id, seconds):
+    """Wait up to ``seconds`` for the child to exit, in slices of a third of the lease, renewing between them:
+    a controller that is alive keeps its locks; one that died lets the lease expire and the supervisor clean up.
+    """
+    deadline = time.monotonic() + seconds
+    lease = float(client.status().get("lease_s") or 60)
+    while True:
+        remaining = deadline - time.monotonic()
+        state = client.wait(child_id, timeout=max(0.0, min(remaining, lease / 3)))
+        if not state["timed_out"] or remaining <= 0:
+            return state
+        client.renew()
+
+
 def finish(params):
-    """Wait for a runner child to exit, renewing the supervisor's lease meanwhile; return its status."""
+    """Wait for a runner child to exit, renewing the supervisor's lease meanwhile; return its status.
+
+    With ``poll`` (seconds): wait at most that long, then return ``finished`` false with the runner's
+    progress, for the role to call again (until/retries) and show it; ``timeout`` then bounds the
+    child's whole run time (from the supervisor's record of its start)."""
+    if params.get("poll"):
+        return poll_finished(params)
     client = SupervisorClient(params["supervisor_run_dir"])
-    deadline = time.monotonic() + params["timeout"]
     try:
-        lease = float(client.status().get("lease_s") or 60)
-        while True:
-            # Wait in slices of a third of the lease, renewing between them: a controller that is
-            # alive keeps its locks; one that died lets the lease expire and the supervisor clean up.
-            remaining = deadline - time.monotonic()
-            state = client.wait(params["child_id"], timeout=max(0.0, min(remaining, lease / 3)))
-            if not state["timed_out"] or remaining <= 0:
-                break
-            client.renew()
+        state = _wait_renewing(client, params["child_id"], params["timeout"])
     except SupervisorError as error:
         raise RunnerError("wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
     if state["timed_out"]:
@@ -336,3 +353,79 @@ def wait_restart_point(params):
     except SupervisorError as error:
         raise RunnerError("wait_failed", f"waiting for the restart point of child {params['child_id']} failed: "
                                          f"{error}") from None
+
+
+def read_progress(output_dir):
+    """The runner's progress receipt as an object, or None (none yet, being replaced, or not one):
+    informational, so a bad file never fails the wait. Bounded and never a FIFO, like ready.json."""
+    if not output_dir:
+        return None
+    try:
+        raw = read_regular_bytes(os.path.join(output_dir, PROGRESS_NAME), READY_MAX_BYTES, follow_symlinks=False)
+        progress = json.loads(raw.decode("utf-8"))
+    except (OSError, OrbiteError, ValueError, RecursionError):
+        return None
+    return progress if isinstance(progress, dict) and progress.get("schema") == "orbite.runner-progress" else None
+
+
+def _int(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def progress_line(label, progress, seconds):
+    """One line of where the runner is, e.g. ``case read-polling requester g1 round 2/3, 43 of 64 WRs (12.4 s)``."""
+    head = f"case {label}" if label else "runner"
+    ran = f" ({seconds:.1f} s)" if seconds is not None else ""
+    if not progress:
+        return f"{head}: no progress reported yet{ran}"
+    role = progress.get("role") if names.is_name(progress.get("role")) else "runner"
+    where = f"{head} {role} g{_int(progress.get('generation'))} round {_int(progress.get('round'))}/" \
+            f"{_int(progress.get('rounds'))}"
+    total, done = _int(progress.get("wrs_total")), _int(progress.get("wrs_done"))
+    if progress.get("phase") == "drained":
+        what = f"drained, {done} of {total} WRs" if total else "drained"
+    else:
+        what = f"{done} of {total} WRs" if total else "waiting for the peer"
+    return f"{where}, {what}{ran}"
+
+
+def _run_seconds(state):
+    """Seconds since the supervisor started the child (its ISO ``started_at``), or None."""
+    started = state.get("started_at")
+    try:
+        when = calendar.timegm(time.strptime(started.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return max(0.0, time.time() - when)
+
+
+def poll_finished(params):
+    """Wait at most ``poll`` seconds for the runner, renewing the lease; return ``finished`` and the progress.
+
+    ``finished`` false: the child still runs; call again. Fails with ``timeout`` once the child has run
+    longer than ``timeout`` seconds (the overall limit of the wait). Under a lease shorter than
+    POLL_MIN_LEASE_S the call waits up to that limit (no pause between calls could outlast the lease)."""
+    client = SupervisorClient(params["supervisor_run_dir"])
+    try:
+        client.renew()
+        budget = min(params["poll"], params["timeout"])
+        if float(client.status().get("lease_s") or 60) < POLL_MIN_LEASE_S:
+            # A short lease cannot absorb the controller's pause between two calls: wait in this one call
+            # (renewing as it goes) up to the overall limit, as without poll.
+            budget = max(0.0, params["timeout"] - (_run_seconds(client.wait(params["child_id"], timeout=0)) or 0.0))
+        state = _wait_renewing(client, params["child_id"], budget)
+        if state["timed_out"]:
+            client.renew()  # the pause before the next call starts from a whole lease
+    except SupervisorError as error:
+        raise RunnerError("wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
+    progress = read_progress(params.get("output_dir"))
+    seconds = _run_seconds(state)
+    line = progress_line(params.get("label"), progress, seconds)
+    result = {"changed": False, "child": state, "progress": progress, "progress_line": line,
+              "finished": not state["timed_out"]}
+    if state["timed_out"] and seconds is not None and seconds > params["timeout"]:
+        raise RunnerError("timeout", f"runner child {params['child_id']} (pid {state.get('pid')}) still runs after "
+                                     f"{params['timeout']} s; last progress: {line}", child=state, progress=progress)
+    if not state["timed_out"]:
+        result["ledger"] = os.path.join(params["output_dir"], LEDGER_NAME) if params.get("output_dir") else None
+    return result

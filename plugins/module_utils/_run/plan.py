@@ -127,7 +127,28 @@ def check_artifacts(artifacts, runner_kind):
     }
 
 
-def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=(), artifacts=None):
+def check_origin(origin, case_ids_planned):
+    """A rerun's ``origin``: {"run_id", "run_dir", "cases"}, the cases all planned here; None when not given."""
+    if origin is None:
+        return None
+    if not isinstance(origin, dict):
+        raise RunPlanError(f"origin={quote(origin)}: must be a mapping of run_id, run_dir, cases")
+    unknown = sorted(set(origin) - {"run_id", "run_dir", "cases"}, key=str)
+    if unknown:
+        raise RunPlanError(f"origin.{unknown[0]}: is not a field (the fields are run_id, run_dir, cases)")
+    if not names.is_name(origin.get("run_id")):
+        raise RunPlanError(f"origin.run_id={names.quote(origin.get('run_id'))}: must be {names.NAME_RULE}")
+    run_dir = origin.get("run_dir")
+    if not (isinstance(run_dir, str) and run_dir.startswith("/") and "\0" not in run_dir):
+        raise RunPlanError(f"origin.run_dir={quote(run_dir)}: must be an absolute path")
+    cases = origin.get("cases")
+    if not isinstance(cases, list) or sorted(cases, key=str) != sorted(case_ids_planned, key=str):
+        raise RunPlanError(f"origin.cases={quote(cases)}: must be exactly the cases planned "
+                           f"{sorted(case_ids_planned)} (a rerun plans the cases that did not pass there)")
+    return {"run_id": origin["run_id"], "run_dir": run_dir, "cases": list(cases)}
+
+
+def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=(), artifacts=None, origin=None):
     """run.json and each case.json, checked: case ids unique and path-safe, each with a profile."""
     if not names.is_name(run_id):  # it names the run directory (an AWX survey may send anything)
         raise RunPlanError(f"run_id={names.quote(run_id)}: must be {names.NAME_RULE}")
@@ -161,6 +182,9 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
            "allow_dirty": bool(allow_dirty), "runner_kind": runner_kind, "defects": defects}
     if artifacts is not None:
         run["artifacts"] = artifacts
+    origin = check_origin(origin, run["cases"])
+    if origin is not None:
+        run["origin"] = origin
     per_case = {c["id"]: {"schema": CASE_SCHEMA[0], "version": CASE_SCHEMA[1], "case_id": c["id"],
                           "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"])}
                 for c in cases}
@@ -193,3 +217,51 @@ def write_plan(run_dir, run_id, cases, check_mode=False, **options):
         atomic_write_json(os.path.join(case_dir, "case.json"), case, mode=FILE_MODE)
     atomic_write_json(run_json, run, mode=FILE_MODE)  # last: a run.json always describes case dirs that exist
     return True
+
+
+VERDICT_READ_LIMIT = 256 << 20  # a verdict of many cases with every finding's text
+
+
+def _read_json(path, limit, what):
+    try:
+        return json.loads(read_regular_bytes(path, limit).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError, OrbiteError) as error:
+        raise RunPlanError(f"rerun_from: {path}: the {what} cannot be read ({error})") from None
+
+
+def rerun_origin(run_dir):
+    """What a rerun of ``run_dir`` plans: the cases that did not pass there (FAIL, or not verified), each with
+    the profile and hosts it ran with. {"origin": {"run_id", "run_dir", "cases"}, "profiles": {case: profile},
+    "hosts": {case: hosts}, "verdict": the run's verdict or None}.
+
+    The cases come from the run's plan (run.json) and its verdict (verdict.json): a planned case the verdict
+    does not name as PASS did not pass (a run never verified passed none). A run whose every case passed has
+    nothing to rerun (an error, not an empty run).
+    """
+    run_dir = os.path.normpath(run_dir) if isinstance(run_dir, str) else run_dir
+    if not (isinstance(run_dir, str) and run_dir.startswith("/")):
+        raise RunPlanError(f"rerun_from={quote(run_dir)}: must be an absolute run directory")
+    plan = _read_json(os.path.join(run_dir, "run.json"), PLAN_READ_LIMIT, "plan (run.json)")
+    if not isinstance(plan, dict) or plan.get("schema") != RUN_SCHEMA[0] or not names.is_name(plan.get("run_id")):
+        raise RunPlanError(f"rerun_from={run_dir}: holds no run plan (run.json of schema {RUN_SCHEMA[0]})")
+    planned, profiles = plan.get("cases"), plan.get("profiles")
+    if not isinstance(planned, list) or not isinstance(profiles, dict) or not all(
+            names.is_name(c) and isinstance(profiles.get(c), dict) for c in planned):
+        raise RunPlanError(f"rerun_from={run_dir}: run.json cases={quote(planned)}: each must be a case ID with its "
+                           "profile in profiles")
+    verdict = _read_json(os.path.join(run_dir, "verdict.json"), VERDICT_READ_LIMIT, "verdict (verdict.json)")
+    passed = set()
+    if isinstance(verdict, dict) and verdict.get("run_id") == plan["run_id"]:
+        passed = {c.get("case") for c in verdict.get("cases") or []
+                  if isinstance(c, dict) and c.get("verdict") == "PASS"}
+    again = [case for case in planned if case not in passed]
+    if not again:
+        raise RunPlanError(f"rerun_from={run_dir}: every planned case of run {plan['run_id']} passed "
+                           f"({', '.join(planned)}): nothing to rerun", code="run_plan.nothing_to_rerun")
+    hosts = plan.get("hosts") if isinstance(plan.get("hosts"), dict) else {}
+    return {"origin": {"run_id": plan["run_id"], "run_dir": run_dir, "cases": again},
+            "profiles": {case: profiles[case] for case in again},
+            "hosts": {case: hosts.get(case) for case in again},
+            "verdict": verdict.get("verdict") if isinstance(verdict, dict) else None}

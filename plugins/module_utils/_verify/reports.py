@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""Write a verdict as reports: JSON, JUnit XML (ElementTree) and Markdown, each replaced atomically.
+"""Write a verdict as reports: JSON, JUnit XML (ElementTree), Markdown and HTML (html_report.py), each
+replaced atomically.
 
 No older verdict outlives a failed write: when the full reports cannot be written (a full disk),
 every older verdict file is removed first (which also frees its space) and a short form is
@@ -17,10 +18,11 @@ import xml.etree.ElementTree as ET
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.html_report import render_html
 
 STATUSES = PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 INCOMPLETE = "INCOMPLETE"
-KINDS = ("json", "junit", "markdown")
+KINDS = ("json", "junit", "markdown", "html")
 
 
 class VerdictWriteError(OrbiteError):
@@ -35,14 +37,17 @@ def report_paths(output_dir):
         "json": os.path.join(output_dir, "verdict.json"),
         "junit": os.path.join(output_dir, "verdict.xml"),
         "markdown": os.path.join(output_dir, "verdict.md"),
+        "html": os.path.join(output_dir, "verdict.html"),
     }
 
 
-def render(verdict):
+def render(verdict, plots=None):
+    """{kind: text}; ``plots``: {case id: plots.case_plots(...)} for the HTML page."""
     return {
         "json": json.dumps(verdict, indent=2, sort_keys=True) + "\n",
         "junit": junit_xml(verdict),
         "markdown": markdown(verdict),
+        "html": render_html(verdict, plots, artifact_lines(verdict)),
     }
 
 
@@ -75,15 +80,15 @@ def _why(paths, failed):
     return "; ".join(f"{os.path.basename(paths[kind])}: {error.strerror or error}" for kind, error in failed.items())
 
 
-def write_reports(verdict, output_dir):
-    """Write the three reports atomically; raise VerdictWriteError when the full reports cannot be written.
+def write_reports(verdict, output_dir, plots=None):
+    """Write the four reports atomically; raise VerdictWriteError when the full reports cannot be written.
 
     Then every older verdict file is removed first (it must never outlive this attempt, whatever it
     said, and its space is freed) and the short form is written in its place if it fits: the same
     verdict without finding text, never PASS (a PASS is only written with its full evidence).
     """
     paths = report_paths(output_dir)
-    failed = _write_all(paths, render(verdict))
+    failed = _write_all(paths, render(verdict, plots))
     if not failed:
         return paths
     reason = f"the full reports could not be written ({_why(paths, failed)})"
@@ -106,7 +111,7 @@ def short_form(verdict, reason):
     short = {key: verdict.get(key) for key in ("schema", "version", "run_id", "run_dir", "started_at",
                                                "finished_at", "complete", "diagnostic_only", "verdict",
                                                "planned_cases", "counts", "runner_kind", "artifacts",
-                                               "defects")}
+                                               "defects", "origin")}
     short["reports_cut"] = reason
     unwritable = {"code": "verdict.unwritable", "group": "run", "meaning": "", "status": FAIL,
                   "message": reason, "evidence": None}
@@ -243,6 +248,9 @@ def markdown(verdict):
                   "planned case(s) not verified (the run did not finish, or is still going).", ""]
     if verdict.get("reports_cut"):
         lines += [f"Short form only: {verdict['reports_cut']}.", ""]
+    if isinstance(verdict.get("origin"), dict):
+        lines += [f"Rerun of `{verdict['origin'].get('run_id')}` ({verdict['origin'].get('run_dir')}): the cases that "
+                  "did not pass there.", ""]
     lines += [
         f"Run `{verdict['run_id']}`" + ("" if verdict["complete"] else " (incomplete: verdict so far)"),
         "",

@@ -19,11 +19,13 @@ directory: docs/verifier.md.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import ROLES, case_receipts
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
@@ -31,6 +33,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.loade
     RUN_SCHEMA,
     load_json,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import history
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import plots as plots_of
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import REGISTRY
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import (
     FAIL,
@@ -51,13 +55,17 @@ BOUNDS_CODES = ("receipt.unsafe", "receipt.oversize", "receipt.nesting")
 __all__ = ("FAIL", "INCOMPLETE", "PASS", "RECEIPT_CODES", "SKIP", "VerdictWriteError", "verify_case", "verify_run")
 
 
-def finding(code, status, message="", evidence=None, seconds=None):
-    """One finding of a registered code (its group and meaning come from the registry)."""
+def finding(code, status, message="", evidence=None, seconds=None, figures=None):
+    """One finding of a registered code (its group and meaning come from the registry). ``figures``:
+    [{"evidence", "expected", "observed"}] where the rule states the two figures it compared."""
     entry = REGISTRY[code]
     found = {"code": code, "group": entry.group, "meaning": entry.meaning, "status": status,
              "message": message, "evidence": evidence}
     if seconds is not None:
         found["time"] = round(seconds, 6)
+    if figures:
+        # As JSON has them (keys as text), so a report sorting keys never meets int and str keys together.
+        found["figures"] = json.loads(json.dumps(figures, default=str))
     return found
 
 
@@ -82,11 +90,12 @@ def _node_failures(case_dir, root):
     return messages, bounds
 
 
-def verify_case(case_dir, root=None, plan=None):
+def verify_case(case_dir, root=None, plan=None, loaded=None):
     """(case id, findings) of one case directory; never raises on bad receipts.
 
     ``root`` is the run directory: no file outside it is read (default: the case directory).
     ``plan`` is run.json (checked by ``_read_plan``): without it the identity rules fail.
+    ``loaded``: a dict that gets the case's receipts as read (``"case"``), for the reports' plots.
     """
     root = root if root is not None else case_dir
     case_id = os.path.basename(os.path.normpath(case_dir))
@@ -109,6 +118,8 @@ def verify_case(case_dir, root=None, plan=None):
 
     case = case_receipts(case_dir, case_id, profile, workload, root=root)
     case.plan, case.meta = dict(plan or {}), meta.data
+    if loaded is not None:
+        loaded["case"] = case
     problems = bounds + case.problems()
     for code in RECEIPT_CODES:
         mine = [p for p in problems if p.code == code]
@@ -139,8 +150,10 @@ def verify_case(case_dir, root=None, plan=None):
                       f"{names.quote(str(error))}", case_dir)]
         seconds = time.perf_counter() - started
         if found:
-            message = "; ".join(m for m, _where in found[:5]) + (f" (+{len(found) - 5} more)" if len(found) > 5 else "")
-            findings.append(finding(rule.code, FAIL, message, found[0][1], seconds))
+            # A problem is (message, where) or (message, where, {"expected", "observed"}).
+            message = "; ".join(p[0] for p in found[:5]) + (f" (+{len(found) - 5} more)" if len(found) > 5 else "")
+            figures = [{"evidence": p[1], **p[2]} for p in found if len(p) > 2][:5]
+            findings.append(finding(rule.code, FAIL, message, found[0][1], seconds, figures))
             failed.add(rule.code)
         else:
             findings.append(finding(rule.code, PASS, seconds=seconds))
@@ -212,8 +225,19 @@ def _plan_problem(data):
     for field in ("profiles", "hosts"):
         if not isinstance(data.get(field), dict) or not all(isinstance(v, dict) for v in data[field].values()):
             return f"run.json: {field}={names.quote(data.get(field))}: must be an object of case ID to object"
-    problem = _artifacts_problem(data.get("artifacts"), data["runner_kind"])
+    problem = _artifacts_problem(data.get("artifacts"), data["runner_kind"]) or _origin_problem(data.get("origin"))
     return f"run.json: {problem}" if problem else None
+
+
+def _origin_problem(origin):
+    """None, or the rule a rerun's ``origin`` breaks: {"run_id": name, "run_dir": absolute path, "cases": [name]}."""
+    if origin is None:
+        return None
+    if not isinstance(origin, dict) or not names.is_name(origin.get("run_id")):
+        return f"origin={names.quote(origin)}: must be an object whose run_id is {names.NAME_RULE}"
+    if not (isinstance(origin.get("run_dir"), str) and origin["run_dir"].startswith("/")):
+        return f"origin.run_dir={names.quote(origin.get('run_dir'))}: must be an absolute path"
+    return None
 
 
 def _read_plan(run_dir, given):
@@ -238,7 +262,7 @@ def _read_plan(run_dir, given):
     return cases, plan.data, [finding("run.plan", PASS), diagnostic]
 
 
-def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
+def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False, index_dir=None):
     """Verify the planned cases of ``run_dir``; write the verdict files to ``output_dir`` as it goes.
 
     ``cases``: verify only these planned cases (those run so far); the others are pending.
@@ -247,6 +271,8 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
     file was removed first); ``error.verdict`` holds the verdict that was computed. A partial
     verification is not the last word: its write error is returned as ``write_error`` instead, and
     the final verification writes (or fails) later.
+    ``index_dir``: the runs directory whose history (history.py: index.json, index.html) gets this
+    run's entry once the verdict is written; a failure there is returned as ``index_error``.
     """
     output_dir = output_dir or run_dir
     planned, meta, run_findings = _read_plan(run_dir, cases)
@@ -265,6 +291,8 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
         "artifacts": meta.get("artifacts") if planned is not None else None,
         "defects": list(meta.get("defects") or []) if planned is not None else [],
         "diagnostic_only": meta.get("allow_dirty") is True or bool(planned is not None and meta.get("defects")),
+        # A rerun of the cases that did not pass in an earlier run (run_plan rerun_from) names that run.
+        "origin": meta.get("origin") if planned is not None else None,
         "verdict": INCOMPLETE,
         "planned_cases": list(planned or []),
         "run_findings": run_findings,
@@ -273,7 +301,7 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
         "failed_codes": [],
     }
     wanted = [c for c in planned or () if cases is None or c in cases]
-    done, write_error = {}, []
+    done, write_error, plots = {}, [], {}
 
     def publish(final):
         _summarize(verdict, planned, done, final and not partial)
@@ -282,7 +310,7 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
         if not write:
             return
         try:
-            write_reports(verdict, output_dir)
+            write_reports(verdict, output_dir, plots)
             write_error.clear()
         except VerdictWriteError as error:
             if final and not partial:
@@ -295,19 +323,36 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False):
     for case_id in wanted:
         started = time.perf_counter()
         case_dir = os.path.join(run_dir, "cases", case_id)
+        loaded = {}
         if not os.path.isdir(case_dir):
             findings = [finding("case.missing", FAIL, f"case {case_id} has no directory under {run_dir}/cases",
                                 run_dir)]
         else:
-            findings = verify_case(case_dir, root=run_dir, plan=meta)[1]
+            findings = verify_case(case_dir, root=run_dir, plan=meta, loaded=loaded)[1]
         status = FAIL if any(f["status"] == FAIL for f in findings) else PASS
         done[case_id] = {"case": case_id, "verdict": status, "time": round(time.perf_counter() - started, 6),
                          "findings": findings}
+        if "case" in loaded:
+            done[case_id]["figures"], plots[case_id] = _figures(loaded["case"])
         publish(final=False)
     publish(final=True)
     if write_error:
         verdict["write_error"] = write_error[0]
+    elif write and index_dir:
+        try:
+            history.update_index(index_dir, history.index_entry(verdict, meta, output_dir))
+        except (OSError, OrbiteError) as error:
+            verdict["index_error"] = f"{index_dir}: the run index could not be updated ({error})"
     return verdict
+
+
+def _figures(case):
+    """(headline figures, plot data) of a verified case; a receipt that surprises the drawing costs only the
+    plots (the rules judged it already), never the verdict."""
+    try:
+        return plots_of.headline(case), plots_of.case_plots(case)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return {}, None
 
 
 def _summarize(verdict, planned, done, final):

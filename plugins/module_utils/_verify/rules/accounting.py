@@ -392,6 +392,8 @@ def check_observer_exact_counts(case):
                     f"rounds, expected {want_wrs} / {want_bytes} "
                     f"({case.workload['wrs_per_round']} WRs, {case.workload['bytes_per_round']} B a round)",
                     log.path,
+                    {"expected": {"wrs": want_wrs, "bytes": want_bytes}, "observed": {"wrs": replay.wrs,
+                                                                                      "bytes": replay.bytes}},
                 )
             )
     return problems
@@ -420,7 +422,8 @@ def check_observer_sq_depth(case):
     for generation, log, _ledger, replay in _replays(case):
         over = {qpn: n for qpn, n in replay.max_wrs.items() if n > depth}
         if over:
-            problems.append((f"g{generation}: payload WRs in flight per QP over {depth}: {over}", log.path))
+            problems.append((f"g{generation}: payload WRs in flight per QP over {depth}: {over}", log.path,
+                             {"expected": f"<= {depth} per QP", "observed": over}))
     return problems
 
 
@@ -441,6 +444,7 @@ def check_observer_outstanding(case):
                         f"g{generation} rail {rail}: at most {best} parent(s) outstanding at once on its "
                         f"shared QP, expected at least {least}",
                         log.path,
+                        {"expected": f">= {least}", "observed": best},
                     )
                 )
     return problems

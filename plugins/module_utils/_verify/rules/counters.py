@@ -71,7 +71,8 @@ def check_slicing(case):
         label = f"g{generation} round {rnd['round']}"
         if len(rnd["wrs"]) != expected:
             problems.append((f"{label}: {len(rnd['wrs'])} payload WRs, expected {expected} "
-                             f"({profile['parents']} parents x {len(sizes)} slices)", f"{where}.wrs"))
+                             f"({profile['parents']} parents x {len(sizes)} slices)", f"{where}.wrs",
+                             {"expected": expected, "observed": len(rnd["wrs"])}))
         local = _region_offsets(rnd)
         peer = _peer_round(case, role, generation, rnd["round"])
         remote = _region_offsets(peer) if peer else {}
@@ -119,7 +120,8 @@ def check_byte_count(case):
         figures = {"public": rnd["counters"]["public"]["bytes"], "listed WRs": sum(wr["bytes"] for wr in rnd["wrs"])}
         wrong = {k: v for k, v in figures.items() if v != expected}
         if wrong:
-            problems.append((f"g{generation} round {rnd['round']}: bytes {wrong}, expected {expected}", where))
+            problems.append((f"g{generation} round {rnd['round']}: bytes {wrong}, expected {expected}", where,
+                             {"expected": expected, "observed": figures}))
     return problems
 
 
@@ -173,7 +175,7 @@ def check_placement(case):
         public = _per_rail(rnd["counters"]["public"]["per_rail"])
         if role == "requester" and public != per_rail:  # the source's counters: counters.source
             problems.append((f"{label}: public bytes per rail {public}, the placement gives {per_rail}",
-                             f"{where}.counters.public"))
+                             f"{where}.counters.public", {"expected": per_rail, "observed": public}))
     return problems
 
 
@@ -198,7 +200,8 @@ def check_wr_count(case):
         wrong.update({f"native {k} per rail": v for k, v in rails.items() if v != per_rail})
         if wrong:
             problems.append((f"g{generation} round {rnd['round']}: {wrong}, expected {expected} "
-                             f"({per_rail} per rail)", f"{where}.counters.native"))
+                             f"({per_rail} per rail)", f"{where}.counters.native",
+                             {"expected": {"wrs": expected, "per_rail": per_rail}, "observed": wrong}))
     return problems
 
 
@@ -216,7 +219,9 @@ def check_native_equals_public(case):
         got = _per_rail(native["per_rail"], "bytes")
         if native["bytes"] != expected or got != per_rail:
             problems.append((f"g{generation} round {rnd['round']}: native {native['bytes']} B, per rail {got}; "
-                             f"derived {expected} B, per rail {per_rail}", f"{where}.counters.native"))
+                             f"derived {expected} B, per rail {per_rail}", f"{where}.counters.native",
+                             {"expected": {"bytes": expected, "per_rail": per_rail},
+                              "observed": {"bytes": native["bytes"], "per_rail": got}}))
     return problems
 
 
@@ -263,7 +268,9 @@ def check_source_counters(case):
         got = (public["bytes"], _per_rail(public["per_rail"]))
         if got != (expected, per_rail):
             problems.append((f"source {label}: served/received {got[0]} B, per rail {got[1]}; the derived figures "
-                             f"(and the requester's) are {expected} B, per rail {per_rail}", f"{where}.counters"))
+                             f"(and the requester's) are {expected} B, per rail {per_rail}", f"{where}.counters",
+                             {"expected": {"bytes": expected, "per_rail": per_rail},
+                              "observed": {"bytes": got[0], "per_rail": got[1]}}))
         peer = _peer_round(case, role, generation, rnd["round"]) or {"parents": []}
         requester = {p["parent"]: p["completed_bytes"] for p in peer["parents"]}
         source = {p["parent"]: p["completed_bytes"] for p in rnd["parents"]}

@@ -85,7 +85,8 @@ def check_sq_depth(case):
         for qp in ledger["qps"]:
             if qp["max_send_wr"] > depth:
                 problems.append(
-                    (f"{role} g{generation} QP {qp['qpn']}: max_send_wr {qp['max_send_wr']} > {depth}", f"{path}#qps")
+                    (f"{role} g{generation} QP {qp['qpn']}: max_send_wr {qp['max_send_wr']} > {depth}", f"{path}#qps",
+                     {"expected": f"<= {depth}", "observed": qp["max_send_wr"]})
                 )
         for index, rnd in enumerate(ledger["rounds"]):
             for usage in rnd["qp_usage"]:
@@ -95,6 +96,7 @@ def check_sq_depth(case):
                             f"{role} g{generation} round {rnd['round']} QP {usage['qpn']}: "
                             f"{usage['max_inflight_wrs']} payload WRs in flight > {depth}",
                             f"{path}#rounds[{index}].qp_usage",
+                            {"expected": f"<= {depth}", "observed": usage["max_inflight_wrs"]},
                         )
                     )
     return problems

@@ -5,11 +5,14 @@ hung the module forever, and a run or registration name with a trailing newline 
 Each case here is a coded failure instead.
 """
 
+import json
+import os
+import re
 import sys
 
 import pytest
 from helpers.modules import run_module as run_helper
-from helpers.node_root import supervised_host
+from helpers.node_root import events, supervised_host
 
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import SupervisorClient
 
@@ -147,3 +150,61 @@ def test_a_runner_or_verbs_library_that_is_not_its_pin_never_runs(tmp_path, supe
     result = run_module(tmp_path, **args)
     assert result["failed"] is True and result["code"] == "hash_mismatch", result
     assert SupervisorClient(supervisor).status()["children"] == []
+
+
+def test_the_polled_wait_shows_progress_renews_the_lease_and_keeps_the_overall_timeout(tmp_path, supervisor,
+                                                                                       fake_runner):
+    started = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, env={"ORBITE_TEST_READY": "ok"}))
+    child = started["child"]
+    out = tmp_path / "out"
+    wait = {"state": "finished", "supervisor_run_dir": supervisor, "output_dir": str(out),
+            "child_id": child["child_id"], "timeout": 60, "poll": 0.3, "label": "read-polling"}
+    journal = os.path.join(supervisor, "journal.jsonl")
+
+    before = len(events(journal, "lease_renew"))
+    nothing = run_helper("runner", tmp_path, wait)
+    assert nothing["finished"] is False and nothing["progress"] is None, nothing
+    assert re.fullmatch(r"case read-polling: no progress reported yet \(\d+\.\d s\)", nothing["progress_line"])
+    assert len(events(journal, "lease_renew")) > before  # every call renews the lease
+
+    (out / "progress.json").write_text(json.dumps({
+        "schema": "orbite.runner-progress", "version": 1, "pid": child["pid"], "role": "requester", "generation": 1,
+        "round": 2, "rounds": 3, "phase": "transfer", "wrs_done": 43, "wrs_posted": 51, "wrs_total": 64,
+        "updated_at": 0}))
+    polled = run_helper("runner", tmp_path, wait)
+    assert polled["finished"] is False and polled["child"]["running"] is True
+    assert re.fullmatch(r"case read-polling requester g1 round 2/3, 43 of 64 WRs \(\d+\.\d s\)",
+                        polled["progress_line"])
+
+    (out / "progress.json").write_text("[1, 2")  # being replaced, or not one: never fails the wait
+    assert run_helper("runner", tmp_path, wait)["progress"] is None
+
+    # The overall limit counts from the child's start, however many polls it took.
+    late = run_helper("runner", tmp_path, dict(wait, timeout=0.5))
+    assert late["failed"] and late["code"] == "timeout" and "still runs after 0.5 s" in late["msg"]
+
+    SupervisorClient(supervisor).signal(child["child_id"], child["pid"], child["start_time"])
+    done = run_helper("runner", tmp_path, wait)
+    assert done["finished"] is True and done["child"]["exit_signal_name"] == "SIGKILL", done
+    assert done["ledger"] == str(out / "ledger.json")
+
+
+def test_under_a_short_lease_the_polled_wait_waits_in_one_call(tmp_path, supervisor, fake_runner):
+    """The pause between two polls (module transfer and start) must never outlast the lease: under a lease
+    shorter than 30 s one call waits, renewing as it goes, up to the overall limit."""
+    import threading
+
+    started = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, env={"ORBITE_TEST_READY": "ok"}))
+    child = started["child"]
+    client = SupervisorClient(supervisor)
+    client.renew(lease=6)
+    killer = threading.Timer(2.5, client.signal, (child["child_id"], child["pid"], child["start_time"]))
+    killer.start()
+    try:
+        done = run_helper("runner", tmp_path, {"state": "finished", "supervisor_run_dir": supervisor,
+                                               "output_dir": str(tmp_path / "out"), "child_id": child["child_id"],
+                                               "timeout": 60, "poll": 0.3, "label": "short"})
+    finally:
+        killer.join()
+    assert done["finished"] is True and done["child"]["exit_signal_name"] == "SIGKILL", done
+    assert done["progress_line"].startswith("case short: no progress reported yet")

@@ -186,3 +186,59 @@ def test_the_module_checks_artifacts_like_the_plan(tmp_path):
     bad = run_module("run_plan", tmp_path, dict(base, artifacts=_with(("observers", "accounting", "sha256"), "x")))
     assert bad["failed"] is True and bad["code"] == "run_plan.invalid"
     assert "artifacts.observers.accounting.sha256='x': must be 64 lowercase hex digits" in bad["msg"]
+
+
+def _origin_run(tmp_path, verdicts):
+    """An earlier run: its plan (two cases) and, unless ``verdicts`` is None, its verdict by case."""
+    run_dir = tmp_path / "runs" / "ra-1"
+    cases = [{"id": "read-polling", "profile": dict(PROFILE, operation="read")},
+             {"id": "write-events", "profile": dict(PROFILE, operation="write", source="sim-c")}]
+    write_plan(str(run_dir), "ra-1", cases)
+    if verdicts is not None:
+        (run_dir / "verdict.json").write_text(json.dumps({
+            "schema": "orbite.verdict", "run_id": "ra-1", "verdict": "FAIL",
+            "cases": [{"case": case, "verdict": verdict} for case, verdict in verdicts.items()]}))
+    return run_dir
+
+
+def test_a_rerun_plans_only_the_cases_that_did_not_pass_and_names_its_origin(tmp_path):
+    from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import rerun_origin
+
+    origin_dir = _origin_run(tmp_path, {"read-polling": "PASS", "write-events": "FAIL"})
+    found = rerun_origin(str(origin_dir))
+    assert found["origin"] == {"run_id": "ra-1", "run_dir": str(origin_dir), "cases": ["write-events"]}
+    assert found["profiles"] == {"write-events": dict(PROFILE, operation="write", source="sim-c")}
+    assert found["hosts"] == {"write-events": {"source": "sim-c", "requester": "sim-b"}}
+    rerun = tmp_path / "runs" / "ra-2"
+    write_plan(str(rerun), "ra-2", [{"id": c, "profile": p} for c, p in found["profiles"].items()],
+               origin=found["origin"])
+    run = json.loads((rerun / "run.json").read_text())
+    assert run["cases"] == ["write-events"] and run["origin"] == found["origin"]
+    # INCOMPLETE (not verified) did not pass either; a run never verified passed nothing.
+    assert rerun_origin(str(_origin_run(tmp_path / "b", {"read-polling": "INCOMPLETE", "write-events": "PASS"})))[
+        "origin"]["cases"] == ["read-polling"]
+    assert rerun_origin(str(_origin_run(tmp_path / "c", None)))["origin"]["cases"] == ["read-polling", "write-events"]
+
+
+def test_a_rerun_of_a_run_that_passed_or_is_no_run_is_refused_by_name(tmp_path):
+    from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import rerun_origin
+
+    passed = _origin_run(tmp_path, {"read-polling": "PASS", "write-events": "PASS"})
+    with pytest.raises(RunPlanError, match="every planned case of run ra-1 passed") as caught:
+        rerun_origin(str(passed))
+    assert caught.value.code == "run_plan.nothing_to_rerun"
+    with pytest.raises(RunPlanError, match="holds no run plan"):
+        rerun_origin(str(tmp_path))
+    with pytest.raises(RunPlanError, match="must be an absolute run directory"):
+        rerun_origin("runs/ra-1")
+
+
+@pytest.mark.parametrize(("origin", "message"), [
+    ({"run_id": "ra 1", "run_dir": "/r", "cases": ["a"]}, r"origin.run_id='ra 1'"),
+    ({"run_id": "ra-1", "run_dir": "r", "cases": ["a"]}, r"origin.run_dir='r': must be an absolute path"),
+    ({"run_id": "ra-1", "run_dir": "/r", "cases": ["a", "b"]}, r"origin.cases=\['a', 'b'\]: must be exactly"),
+    ({"run_id": "ra-1", "run_dir": "/r", "cases": ["a"], "x": 1}, r"origin.x: is not a field"),
+])
+def test_a_bad_origin_is_named(tmp_path, origin, message):
+    with pytest.raises(RunPlanError, match=message):
+        write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}], origin=origin)

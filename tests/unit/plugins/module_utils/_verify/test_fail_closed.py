@@ -44,8 +44,10 @@ def _plan(run_dir, **fields):
 
 
 def _formats(directory):
-    """(verdict.json's verdict, JUnit root, Markdown title) as written on disk."""
+    """(verdict.json's verdict, JUnit root, Markdown title) as written on disk; verdict.html says the same."""
     verdict = json.loads((directory / "verdict.json").read_text())["verdict"]
+    page = (directory / "verdict.html").read_text()
+    assert f'id="verdict">{verdict}</span>' in page and page.count('id="verdict"') == 1
     junit = ET.parse(directory / "verdict.xml").getroot()
     title = (directory / "verdict.md").read_text().splitlines()[0]
     return verdict, junit, title
@@ -188,7 +190,7 @@ def test_a_full_disk_replaces_an_older_pass_by_a_short_verdict_that_is_not_pass(
     code, message, computed = result["error"]
     assert (code, computed) == ("verdict.unwritable", "PASS")  # computed PASS, but not written in full
     assert "No space left" in message and "short form" in message
-    assert result["files"] == ["verdict.json", "verdict.md", "verdict.xml"]
+    assert result["files"] == ["verdict.html", "verdict.json", "verdict.md", "verdict.xml"]
     status, junit, title = _formats(seen)
     assert status == "FAIL" and title == "# Verdict: FAIL" and int(junit.get("failures")) >= 1
     short = json.loads((seen / "verdict.json").read_text())

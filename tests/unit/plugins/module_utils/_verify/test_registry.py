@@ -79,7 +79,7 @@ def test_every_rule_declares_its_witness_and_runs_in_registration_order():
 def test_every_code_the_verifier_names_is_registered(repo_root):
     """Literal codes in the verifier's sources (a finding, a ReceiptProblem) must all be registered."""
     literal = re.compile(r'"((?:run|case|receipt|verdict)\.[a-z_]+)"')
-    files = {"run.json", "case.json", "verdict.json", "verdict.xml", "verdict.md"}
+    files = {"run.json", "case.json", "verdict.json", "verdict.xml", "verdict.md", "verdict.html"}
     named = set()
     for path in (repo_root / VERIFY_DIR).rglob("*.py"):
         named |= set(literal.findall(path.read_text())) - files

@@ -395,9 +395,9 @@ def test_verdict_is_written_when_it_starts_and_after_each_case(healthy, tmp_path
 
     original = verdict_mod.write_reports
 
-    def spy(verdict, output_dir):
+    def spy(verdict, output_dir, plots=None):
         seen.append((verdict["verdict"], verdict["complete"], [c["verdict"] for c in verdict["cases"]]))
-        return original(verdict, output_dir)
+        return original(verdict, output_dir, plots)
 
     verdict_mod.write_reports = spy
     try:

@@ -1,0 +1,107 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+
+DOCUMENTATION = r"""
+---
+module: run_origin
+short_description: Read which cases of an earlier run did not pass, to plan a rerun of them
+version_added: 0.1.0
+description:
+  - Reads the plan (C(run.json)) and the verdict (C(verdict.json)) of an earlier run and returns the
+    planned cases that did not pass there (C(FAIL), or not verified), each with the profile it ran with,
+    for the preflight to plan a new run of exactly those cases (C(-e orbite_rerun_from=<run>),
+    C(docs/reports.md)). A run never verified passed none of its cases.
+  - Fails with C(run_plan.nothing_to_rerun) when every planned case passed.
+  - Read only.
+author:
+  - OrbiTE qualification team (@orbite-qualification)
+extends_documentation_fragment:
+  - orbite.qualification._attributes
+  - orbite.qualification._attributes.platform_posix
+options:
+  run:
+    description: The earlier run, as its run directory (absolute path) or its run ID under O(runs_dir).
+    type: str
+    required: true
+  runs_dir:
+    description: The runs directory (C(<orbite_work_dir>/runs)) in which a run ID is looked up.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads only; the same in check mode.
+  diff_mode:
+    support: none
+seealso:
+  - module: orbite.qualification.run_plan
+    description: Writes the rerun's plan, naming this origin.
+"""
+
+EXAMPLES = r"""
+- name: Read the cases to run again
+  orbite.qualification.run_origin:
+    run: ra-20261201T0100
+    runs_dir: /var/lib/orbite/runs
+  register: origin
+"""
+
+RETURN = r"""
+origin:
+  description: What the rerun's C(run.json) names as its origin (the run's ID and directory, the cases run again).
+  returned: success
+  type: dict
+  sample: {run_id: ra-20261201T0100, run_dir: /var/lib/orbite/runs/ra-20261201T0100, cases: [write-events]}
+profiles:
+  description: The profile each case to run again ran with, by case ID (from the earlier C(run.json)).
+  returned: success
+  type: dict
+  sample: {write-events: {mode: installed-rail-accounting, operation: write, rdma_events: true}}
+hosts:
+  description: The source and requester each case ran on, by case ID.
+  returned: success
+  type: dict
+  sample: {write-events: {source: sim-a, requester: sim-b}}
+variants:
+  description: The cases as the preflight's case variants (C(id), no changes).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{id: write-events, changes: {}}]
+verdict:
+  description: The earlier run's verdict, or null when it was never verified.
+  returned: success
+  type: str
+  sample: FAIL
+code:
+  description: Stable failure code (C(run_plan.invalid), C(run_plan.nothing_to_rerun), C(history.invalid)).
+  returned: failure
+  type: str
+  sample: run_plan.nothing_to_rerun
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import rerun_origin
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.history import resolve_run
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "run": {"type": "str", "required": True},
+            "runs_dir": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        found = rerun_origin(resolve_run(module.params["run"], module.params["runs_dir"], "run"))
+    except OrbiteError as error:
+        fail_from(module, error)
+    found["variants"] = [{"id": case, "changes": {}} for case in found["origin"]["cases"]]
+    module.exit_json(changed=False, **found)
+
+
+if __name__ == "__main__":
+    main()
