@@ -15,7 +15,7 @@ import time
 
 from . import wire
 from .case import parse_address
-from .content import RoundInput
+from .content import RoundInput, region_offset
 from .engine import (
     HELD_ROUND,
     ROUNDS,
@@ -294,7 +294,7 @@ class RequesterEngine(Engine):
         rail, lane = where
         qp = self.live_qps[(rail, lane)]
         mr = self.contexts[rail]["mrs"]["data"]
-        offset = self.parent_entry(0, rail, lane, qp.qpn, self.payload, 0, 1, "Pending")["region_offset"]
+        offset = region_offset(0, self.payload)
         peer_addr, peer_rkey = self.remote[qp.qpn]
         qp.post_send(HELD_PAYLOAD_WR_ID, mr.addr + offset, self.payload, mr.lkey, peer_addr + offset, peer_rkey)
         deadline = time.monotonic() + self.timeouts["round_s"]

@@ -187,6 +187,16 @@ def request(state_dir, op, timeout=5.0):
     return json.loads(data.decode())
 
 
+def _own_source():
+    """This file's text, also from inside the zip an Ansible module runs from."""
+    loader = globals().get("__loader__")
+    source = loader.get_source(__name__) if loader is not None and hasattr(loader, "get_source") else None
+    if source is None:
+        with open(__file__, encoding="utf-8") as handle:
+            source = handle.read()
+    return source
+
+
 def start_relay(cfg, python=None, timeout=30.0):
     """Validate ``cfg``, install the program and its configuration privately, start the relay detached;
     its ready record (pid, start time, the address it listens on). RelayError naming the problem."""
@@ -197,8 +207,7 @@ def start_relay(cfg, python=None, timeout=30.0):
     for name in (READY_NAME, JOURNAL_NAME):
         if os.path.lexists(os.path.join(state_dir, name)):
             os.unlink(os.path.join(state_dir, name))
-    with open(__file__.replace(".pyc", ".py"), "rb") as handle:
-        program = handle.read()
+    program = _own_source().encode()
     prog_path, cfg_path = os.path.join(state_dir, PROGRAM_NAME), os.path.join(state_dir, CONFIG_NAME)
     for path, data in ((prog_path, program), (cfg_path, json.dumps(cfg).encode())):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

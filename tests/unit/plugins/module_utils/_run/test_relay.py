@@ -221,3 +221,24 @@ def test_the_relay_ends_with_the_process_it_watches(tmp_path, source):
         time.sleep(0.05)
     assert not relay.running(ready)
     assert relay.read_journal(cfg["state_dir"])[-1]["reason"] == "watched_process_gone"
+
+
+def test_the_relay_starts_from_a_zipped_module(tmp_path, source, monkeypatch):
+    """Ansible runs a module from a zip: the relay installs its program from its loader, not from a path."""
+    import importlib
+    import sys
+    import zipfile
+
+    archive = tmp_path / "payload.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.write(relay.__file__, "zipped_relay.py")
+    monkeypatch.syspath_prepend(str(archive))
+    zipped_relay = importlib.import_module("zipped_relay")
+    try:
+        assert ".zip" in zipped_relay.__file__
+        cfg = _cfg(tmp_path, source)
+        ready = zipped_relay.start_relay(cfg)
+        assert relay.running(ready)
+        assert zipped_relay.stop_relay(cfg["state_dir"])["stopped"]
+    finally:
+        sys.modules.pop("zipped_relay", None)
