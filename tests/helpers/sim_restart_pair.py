@@ -119,5 +119,6 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
                 (case_dir / "source").mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(Path(relay_dir, relay_ctl.JOURNAL_NAME), case_dir / "source" / "relay.jsonl")
         sim_pair.stop_supervisors(clients, case_dir)
-    sim_pair.write_case(run_dir, case_id, profile, registrations, defects)
+    # The plan names every switch, the relay's too (it records its own in its journal).
+    sim_pair.write_case(run_dir, case_id, profile, registrations, [*defects, *relay_defects])
     return case_dir

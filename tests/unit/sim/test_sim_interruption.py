@@ -133,7 +133,7 @@ def test_a_relay_that_leaks_the_grant_fails_grant_held(tmp_path):
     run_dir = tmp_path / "in-leak"
     run_restart_pair(run_dir, "c1", interruption_profile("requester", 2), relay_defects=["leak_grant"])
     verdict = verify_run(str(run_dir), write=False)
-    assert verdict["failed_codes"] == ["interruption.grant_held"], verdict["failed_codes"]
+    assert sorted(verdict["failed_codes"]) == ["interruption.grant_held", "run.diagnostic"], verdict["failed_codes"]
     findings = _findings(verdict)
     assert "let 1 grant(s) through" in findings["interruption.grant_held"]["message"]
     for code in ("interruption.no_bytes", "interruption.batch_busy", "interruption.pending"):
@@ -174,6 +174,9 @@ def _payload_through_relay(records):
     ("interruption.pending", lambda case: _edit(case / "requester" / "g1" / "ledger.json", lambda d: d["restart"][
         "interruption"]["after"].update(at=4e9))),
     ("interruption.relay_path", lambda case: _edit_lines(case / "source" / "relay.jsonl", _payload_through_relay)),
+    # The relay ran a switch the plan does not name.
+    ("identity.defects", lambda case: _edit_lines(case / "source" / "relay.jsonl", lambda records: [
+        dict(r, defects=["leak_grant"]) if r.get("ev") == "start" else r for r in records])),
     ("interruption.lanes_reclaimed", lambda case: _edit(case / "source" / "g2" / "ledger.json", lambda d: d["restart"][
         "recovery"].update(cqs_empty=False))),
 ])

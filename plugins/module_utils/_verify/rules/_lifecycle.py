@@ -17,6 +17,9 @@ RESTART_MODE = "installed-restart"
 # and replaced per generation, with an authorization held before each kill.
 INTERRUPTION_MODE = "installed-interruption"
 RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE)
+# The control relay's defect switches (docs/runner-contract.md section 7): the plan names them with the
+# runners', the relay's journal records them.
+RELAY_SWITCHES = ("leak_grant",)
 SIGKILL = 9
 
 
