@@ -125,3 +125,20 @@ def test_a_controller_killed_while_a_grant_is_held_leaves_incomplete_and_nothing
     assert relay_pid is not None and not _alive(relay_pid), "the relay outlived its node's supervisor"
     records = [json.loads(line) for line in (node / "relay" / "relay.jsonl").read_text().splitlines()]
     assert records[-1]["ev"] == "stop" and records[-1]["reason"] == "watched_process_gone", records[-1]
+
+
+def test_a_failed_case_still_stops_the_relay(repo_root, ansible_env, lab, tmp_path):
+    """A node step fails (the wait for the restart point runs out of time): the case's always: section stops the
+    relay (a stop request, not its lease or its supervisor's end), and the verdict fails the case by name."""
+    run_id = f"in-failed-{os.getpid()}-{int(time.time())}"
+    extra = dict(_small(tmp_path), orbite_runner_timeout="0.5", orbite_run_id=run_id)
+    result = _gate(repo_root, ansible_env, lab, tmp_path / "runs", extra)
+    assert result.returncode != 0
+    verdict, run_dir = gate.verdict(tmp_path / "runs")
+    assert verdict["verdict"] == "FAIL" and "case.node_failure" in verdict["failed_codes"], verdict["failed_codes"]
+    pid = _relay_pid(lab, run_id, "d1")
+    assert pid is not None and not _alive(pid)
+    records = [json.loads(line) for line in
+               (run_dir / "cases" / "d1" / "source" / "relay.jsonl").read_text().splitlines()]
+    assert records[-1]["ev"] == "stop" and records[-1]["reason"] == "stop", records[-1]
+    assert gate.locks_free(lab)
