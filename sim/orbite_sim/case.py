@@ -13,8 +13,11 @@ import re
 from . import PROTOCOL
 from .errors import CaseError
 
-SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart")
+SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption")
 RESTART_MODE = "installed-restart"
+# installed-interruption runs the restart roles with one authorization held before each restart.
+INTERRUPTION_MODE = "installed-interruption"
+RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE)
 FAULT_ROLES = ("source", "requester")
 RESTART_GENERATIONS = (2, 3)
 OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
@@ -41,6 +44,15 @@ RESTART_DEFECTS = (
     "reuse_epoch",
     "drop_cached_qps",
 )
+# installed-interruption only (docs/interruption.md): each breaks one interruption rule
+# (tests/unit/sim/test_sim_interruption.py). The relay's own switch (leak_grant) is the relay's.
+INTERRUPTION_DEFECTS = (
+    "free_busy_ok",
+    "bytes_while_held",
+    "qp_while_held",
+    "skip_rq_drain",
+    "survivor_reports_bytes",
+)
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
     "discovery", "service_address", "peer_address", "registration_id", "peer_registration_id",
@@ -58,7 +70,9 @@ DEFAULT_ROUND_S = 300.0
 # How long a process idles at a restart point for the controller's kill (the fault role) or for its
 # peer's death and replacement (the survivor).
 DEFAULT_RESTART_S = 300.0
-TIMEOUTS = ("connect_s", "round_s", "restart_s")
+# installed-interruption: how long the requester waits for a grant the relay holds (each wait times out).
+DEFAULT_GRANT_S = 1.0
+TIMEOUTS = ("connect_s", "round_s", "restart_s", "grant_s")
 
 
 def _short(value):
@@ -183,15 +197,21 @@ def validate_case(raw):
     case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
-    case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS)
+    case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS)
     case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
     generations = case["profile"].get("generations", 1)
     if case["generation"] > generations:
         _fail("generation", case["generation"], f"must be <= profile.generations ({generations})")
-    restart = case["profile"]["mode"] == RESTART_MODE
+    restart = case["profile"]["mode"] in RESTART_MODES
     case["survivor"] = restart and role != case["profile"]["fault_role"]
     if restart:
         case["timeouts"].setdefault("restart_s", DEFAULT_RESTART_S)
+    if case["profile"]["mode"] == INTERRUPTION_MODE:
+        case["timeouts"].setdefault("grant_s", DEFAULT_GRANT_S)
+    if case["profile"]["mode"] != INTERRUPTION_MODE:
+        for i, name in enumerate(case["defects"]):
+            if name in INTERRUPTION_DEFECTS:
+                _fail(f"defects[{i}]", name, "is an installed-interruption switch")
     if case["survivor"] and case["generation"] != 1:
         _fail("generation", case["generation"], "the survivor of installed-restart starts once, in generation 1")
     return case
@@ -234,11 +254,14 @@ def _validate_profile(profile):
     del mask
     if "discovery" in p and p["discovery"] != "auto":
         _fail("profile.discovery", p["discovery"], "must be 'auto' when present")
-    if mode == RESTART_MODE:
+    if mode in RESTART_MODES:
         if p.get("fault_role") not in FAULT_ROLES:
-            _fail("profile.fault_role", p.get("fault_role"), "must be 'source' or 'requester' (installed-restart)")
+            _fail("profile.fault_role", p.get("fault_role"), f"must be 'source' or 'requester' ({mode})")
         if p.get("generations") not in RESTART_GENERATIONS:
-            _fail("profile.generations", p.get("generations"), "must be 2 or 3 (installed-restart)")
+            _fail("profile.generations", p.get("generations"), f"must be 2 or 3 ({mode})")
+        if mode == INTERRUPTION_MODE and p["payload"] > p["block"]:
+            _fail("profile.payload", p["payload"], f"must be <= profile.block ({p['block']}): one slice per parent "
+                  "(installed-interruption)")
     elif p.get("generations", 1) != 1:
         _fail("profile.generations", p.get("generations"), f"must be 1 in mode {mode}")
     # ceil() bounds what wrong_slicing can produce too.
@@ -290,11 +313,11 @@ def _validate_discovery(disc):
 
 def _validate_timeouts(timeouts):
     if not isinstance(timeouts, dict):
-        _fail("timeouts", timeouts, "must be an object with connect_s, round_s and/or restart_s")
+        _fail("timeouts", timeouts, "must be an object with connect_s, round_s, restart_s and/or grant_s")
     out = {"connect_s": DEFAULT_CONNECT_S, "round_s": DEFAULT_ROUND_S}
     for key, value in timeouts.items():
         if key not in TIMEOUTS:
-            _fail(f"timeouts.{key}", value, "is not a timeout (connect_s, round_s, restart_s)")
+            _fail(f"timeouts.{key}", value, "is not a timeout (connect_s, round_s, restart_s, grant_s)")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             _fail(f"timeouts.{key}", value, "must be a positive number of seconds")
         out[key] = float(value)

@@ -21,10 +21,20 @@ import sys
 import time
 
 from . import content, sysfs
+from .case import INTERRUPTION_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, write_json_atomic
 from .progress import report as report_progress
-from .verbs import PROVIDER_COUNTERS, ResourceTable, VerbsError, gid_text, open_device
+from .verbs import (
+    ACCESS_MW_BIND,
+    DATA_ACCESS,
+    PROVIDER_COUNTERS,
+    WC_STATUS_NAMES,
+    ResourceTable,
+    VerbsError,
+    gid_text,
+    open_device,
+)
 
 RAILS = (0, 1)
 SEND_QUEUE_DEPTH = 8
@@ -36,6 +46,12 @@ RESTART_POINT_NAME = "restart-point.json"
 # (one epoch throughout) never repeats an earlier generation's input.
 ROUNDS_PER_SEED_SPACE = 16
 BYTE_COUNTERS = ("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed")
+# installed-interruption (docs/interruption.md): the round after a nonfinal generation's three is the one
+# whose authorization the relay holds; the source's MW bind and completion receive have WR IDs of their own.
+HELD_ROUND = ROUNDS + 1
+BIND_WR_ID = 1 << 40
+RECV_WR_ID = 2 << 40
+RECLAIM_S = 10.0
 
 _rng = random.SystemRandom()
 
@@ -141,7 +157,8 @@ class Engine:
         self.enabled_rails = [r for r in RAILS if self.mask & (1 << r)]
         self.generation = case["generation"]
         self.generations = self.profile.get("generations", 1)
-        self.restart = self.profile["mode"] == "installed-restart"
+        self.restart = self.profile["mode"] in RESTART_MODES
+        self.interruption = self.profile["mode"] == INTERRUPTION_MODE
         self.survivor = case.get("survivor", False)
         if "reuse_epoch" in self.defects:
             # The defect: an epoch derived from the registration, so every process of it has the same one.
@@ -226,7 +243,9 @@ class Engine:
         entry["cq"] = ctx.create_cq(CQ_DEPTH, entry["channel"])
         # Persistent MRs on every context, whatever the mask (mr_one_context: only enabled rails).
         if "mr_one_context" not in self.defects or rail in self.enabled_rails:
-            entry["mrs"]["data"] = ctx.reg_mr(entry["pd"], self.arena, "data")
+            # installed-interruption: the source binds a memory window over its data MR to grant a round.
+            access = DATA_ACCESS | ACCESS_MW_BIND if self.interruption else DATA_ACCESS
+            entry["mrs"]["data"] = ctx.reg_mr(entry["pd"], self.arena, "data", access)
             entry["mrs"]["ctrl"] = ctx.reg_mr(entry["pd"], entry["ctrl"], "ctrl")
         self.doc["rails"].append({
             "rail": rail, "device": info["device"], "port": info["port"], "gid_index": info["gid_index"],
@@ -403,8 +422,56 @@ class Engine:
     # ------------------------------------------------------------------ restart (docs/restart.md)
 
     def restart_record(self):
-        return {"fault_role": self.profile["fault_role"], "survivor": self.survivor, "generation": self.generation,
-                "retired_qps": [], "stale_probes": [], "restart_point": None}
+        record = {"fault_role": self.profile["fault_role"], "survivor": self.survivor, "generation": self.generation,
+                  "retired_qps": [], "stale_probes": [], "restart_point": None}
+        if self.interruption:
+            record.update(interruption=None, recovery=None)
+        return record
+
+    # ------------------------------------------------------------------ interruption (docs/interruption.md)
+
+    def held_snapshot(self):
+        """What must not move while an authorization is held: bytes (the provider's and the engine's own),
+        QPs created (the engine's table and the provider's count of live ones)."""
+        provider = self.provider.counters()
+        return {"at": time.time(), "provider_bytes": sum(provider[k] for k in BYTE_COUNTERS),
+                "native_bytes": sum(e["ctx"].native.bytes for e in self.contexts.values()),
+                "qps_created": self.table.acquired_kinds.get("qp", 0), "provider_qps": self.provider.held()["qp"]}
+
+    def reclaim_lanes(self, deadline_s=RECLAIM_S):
+        """The survivor after its peer died holding an authorization: every QP towards the dead peer goes to
+        ERR, what was still queued on it (the source's completion receive) completes flushed and is polled,
+        and the CQs are polled empty; the QPs are retired afterwards (next_generation). skip_rq_drain: the
+        QPs are retired as they are, the receive never polled."""
+        lanes, flushed = [], []
+        qps = self.live_qp_list()
+        if "skip_rq_drain" not in self.defects:
+            for qp in qps:
+                if qp.state != "ERR":
+                    qp.to_error()
+            by_qpn = {qp.qpn: qp for qp in qps}
+            deadline = time.monotonic() + deadline_s
+            while any(qp.receives or qp.outstanding for qp in qps) and time.monotonic() < deadline:
+                got = 0
+                for rail in self.enabled_rails:
+                    for wr_id, status, _len, qpn in self.contexts[rail]["cq"].poll():
+                        got += 1
+                        qp = by_qpn.get(qpn)
+                        kind = "recv" if wr_id >= RECV_WR_ID else "send"
+                        if qp is not None and kind == "recv":
+                            qp.receives -= 1
+                        elif qp is not None:
+                            qp.retire()
+                        flushed.append({"qpn": qpn, "wr_id": wr_id, "kind": kind,
+                                        "status": WC_STATUS_NAMES.get(status, str(status))})
+                if not got:
+                    time.sleep(0.005)
+        empty = all(not self.contexts[rail]["cq"].poll() for rail in self.enabled_rails)
+        for qp in qps:
+            lanes.append({"rail": qp.context.rail, "lane": qp.lane, "qpn": qp.qpn, "state": qp.state,
+                          "receives_pending": qp.receives, "wrs_pending": qp.outstanding})
+        return {"lanes": lanes, "flushed": flushed, "cqs_empty": empty,
+                "pds": [e["pd"].handle for _r, e in sorted(self.contexts.items())]}
 
     def note_peer_epoch(self, epoch):
         self.peer_epochs.append(epoch)
@@ -561,6 +628,9 @@ class Engine:
         for qp in qps:
             if qp.live and attempt(self.destroy_qp, qp, "teardown"):
                 record["qps_destroyed"] += 1
+        window = getattr(self, "mw", None)  # a grant's memory window still bound (a failed interruption)
+        if window is not None and window.live:
+            attempt(window.dealloc)
         for rail in RAILS:
             entry = self.contexts.get(rail)
             if entry is None:

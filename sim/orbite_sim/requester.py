@@ -15,8 +15,9 @@ import time
 
 from . import wire
 from .case import parse_address
-from .content import RoundInput
+from .content import RoundInput, region_offset
 from .engine import (
+    HELD_ROUND,
     ROUNDS,
     SEND_QUEUE_DEPTH,
     Engine,
@@ -27,11 +28,13 @@ from .engine import (
     qp_usage,
     slice_plan,
 )
-from .errors import EngineError, peer_lost, unavailable
+from .errors import EngineError, peer_lost, protocol_error, unavailable
 from .progress import report as report_progress
 from .verbs import OPCODES, WC_STATUS_NAMES, WC_SUCCESS, VerbsError
 
 POLL_BATCH = 64
+# The WR ID of the payload the bytes_while_held defect posts before its grant.
+HELD_PAYLOAD_WR_ID = 3 << 40
 # Polling backs off after this many empty polls in a row, so the provider's threads get a CPU.
 SPIN_EMPTY_POLLS = 2
 BACKOFF_S = 0.00005
@@ -54,6 +57,7 @@ class RequesterEngine(Engine):
         self.qp_by_num = {}  # qpn -> live QueuePair
         self.remote = {}  # qpn -> (the peer's data MR address, its rkey) this QP reaches
         self.sq_depth = EXCEEDED_DEPTH if "exceed_sq_depth" in self.defects else SEND_QUEUE_DEPTH
+        self.held = None  # installed-interruption: the batches of the round whose grant is held
 
     def run(self):
         self.open()
@@ -69,6 +73,8 @@ class RequesterEngine(Engine):
                 self.checkpoint()
             if not self.restart or self.generation >= self.generations:
                 break
+            if self.interruption:
+                self.held_round()
             # installed-restart: the generation's restart point, both peers drained and idle.
             self.rv.send("RESTART_POINT", generation=self.generation)
             self.rv.recv(self.timeouts["round_s"], ["RESTART_ACK"])
@@ -76,7 +82,13 @@ class RequesterEngine(Engine):
             if not self.survivor:
                 self.await_kill()
             self.await_peer_death()
+            recovery = self.fail_held() if self.interruption else None
             self.next_generation()
+            if recovery is not None:
+                errors = recovery.pop("errors")
+                self.doc["errors"].extend(errors)
+                self.doc["restart"]["recovery"] = recovery
+                self.checkpoint()
             # The replacement source listens on the same service address once the controller started it.
             timeout = self.timeouts["restart_s"]
         self.rv.send("BYE")
@@ -216,6 +228,119 @@ class RequesterEngine(Engine):
         record["timing"] = {"prepare_s": round(prepared - rnd.started, 6),
                             "transfer_s": round(transferred - prepared, 6),
                             "check_s": round(checked - transferred, 6), "drain_s": round(finished - checked, 6)}
+
+    # --------------------------------------------------------------- installed-interruption
+
+    def held_round(self):
+        """The round after a nonfinal generation's three: submitted as always, one batch per enabled rail, but
+        the source's READY (its grant) never comes, the control relay holds it. Each batch stays Running,
+        its wait times out and free() returns BatchBusy (the results of the calls, typed errors of their
+        own). Nothing may move meanwhile: no byte, no new QP."""
+        round_no = HELD_ROUND
+        before = self.held_snapshot()
+        placement = self.placement()
+        parents_msg = [{"parent": p, "rail": rail, "lane": lane, "bytes": self.payload}
+                       for p, (rail, lane) in enumerate(placement)]
+        batches = []
+        for rail in self.enabled_rails:
+            members = [p for p, (r, _lane) in enumerate(placement) if r == rail]
+            if members:
+                batches.append({"batch": round_no * 10 + rail, "rail": rail, "parents": members, "state": "Running",
+                                "pending_grants": len(members), "wait": None, "free": None})
+        fields = {"input_seed": self.local_input(round_no)} if self.operation == "write" else {}
+        self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, **fields)
+        if "qp_while_held" in self.defects:  # the defect: a QP created while the authorization is held
+            entry = self.contexts[self.enabled_rails[0]]
+            entry["ctx"].create_qp(entry["pd"], entry["cq"], self.lanes, self.operation, SEND_QUEUE_DEPTH).destroy()
+        if "bytes_while_held" in self.defects:  # the defect: payload posted before the grant came
+            self._post_one_held(round_no, placement[0])
+        granted = False
+        for batch in batches:
+            granted = granted or self._wait_grant(batch, round_no)
+            batch["free"] = self.free(batch, round_no)
+        if granted:
+            # A grant the relay let through: the round runs as any other (its payload moves).
+            self._run_granted(round_no, placement, batches)
+        self.held = {"round": round_no, "parents": len(placement), "batches": batches, "grant_received": granted,
+                     "before": before, "after": self.held_snapshot()}
+        self.doc["restart"]["interruption"] = self.held
+        self.checkpoint()
+
+    def _wait_grant(self, batch, round_no):
+        """wait(batch) for its grant, bounded by timeouts.grant_s: True if READY came (the relay leaked it)."""
+        timeout = self.timeouts["grant_s"]
+        try:
+            self.rv.recv(timeout, ["ROUND_READY"])
+        except EngineError as exc:
+            if exc.error != "Timeout":
+                raise
+            error = EngineError("Timeout", "wait", f"batch {batch['batch']}: no grant within {timeout:g} s",
+                                round_no=round_no, remote_effect="None", locally_drained=False, expected=True)
+            batch["wait"] = {"timeout_s": timeout, "result": "Timeout", "state_after": batch["state"]}
+            self.doc["errors"].append(error.as_dict())
+            return False
+        batch["wait"] = {"timeout_s": timeout, "result": "Ok", "state_after": batch["state"]}
+        return True
+
+    def free(self, batch, round_no):
+        """free(batch): a Running batch is busy (BatchBusy, recorded from this call); free_busy_ok frees it anyway."""
+        if batch["state"] == "Running" and "free_busy_ok" not in self.defects:
+            error = EngineError("BatchBusy", "free", f"batch {batch['batch']} is Running", round_no=round_no,
+                                remote_effect="None", locally_drained=False, expected=True)
+            self.doc["errors"].append(error.as_dict())
+            return error.error
+        batch["state"] = "Freed"
+        return "Ok"
+
+    def _post_one_held(self, round_no, where):
+        rail, lane = where
+        qp = self.live_qps[(rail, lane)]
+        mr = self.contexts[rail]["mrs"]["data"]
+        offset = region_offset(0, self.payload)
+        peer_addr, peer_rkey = self.remote[qp.qpn]
+        qp.post_send(HELD_PAYLOAD_WR_ID, mr.addr + offset, self.payload, mr.lkey, peer_addr + offset, peer_rkey)
+        deadline = time.monotonic() + self.timeouts["round_s"]
+        while time.monotonic() < deadline:
+            if qp.cq.poll(1):
+                qp.retire()
+                return
+            time.sleep(0.001)
+        raise EngineError("Timeout", "wait", "the WR posted while held did not complete", round_no=round_no)
+
+    def _run_granted(self, round_no, placement, batches):
+        sizes = [self.payload]
+        parents = [self.parent_entry(p, rail, lane, self.live_qps[(rail, lane)].qpn, self.payload, 0, 1, "Pending")
+                   for p, (rail, lane) in enumerate(placement)]
+        existing = {qp.qpn for qp in self.live_qps.values()}
+        self.transfer(round_no, parents, sizes, set(), existing)
+        for batch in batches:
+            batch["state"] = "Completed"
+            batch["pending_grants"] = 0
+            batch["free"] = self.free(batch, round_no)
+
+    def fail_held(self):
+        """The surviving requester after the source died holding the grant: each held batch fails, drained
+        locally (nothing was posted), zero bytes, RemoteEffect None; then free() succeeds. The lanes of the
+        dead peer are reclaimed (their QPs to ERR, the CQs polled empty) before they are retired."""
+        if self.held is None:
+            raise protocol_error("restart", "the source died, but no round was held")
+        recovery = self.reclaim_lanes()
+        lying = "survivor_reports_bytes" in self.defects
+        batches, errors = [], []
+        for batch in self.held["batches"]:
+            nbytes = len(batch["parents"]) * self.payload if lying else 0
+            effect = "Unknown" if lying else "None"
+            batch["state"] = "Failed"
+            error = EngineError("PeerLost", "wait", f"batch {batch['batch']}: the source died before granting",
+                                round_no=self.held["round"], remote_effect=effect, locally_drained=True, nbytes=nbytes,
+                                expected=True)
+            errors.append(error.as_dict())
+            batches.append({"batch": batch["batch"], "rail": batch["rail"], "parents": batch["parents"],
+                            "state": batch["state"], "bytes": nbytes, "remote_effect": effect,
+                            "locally_drained": True, "free": self.free(batch, self.held["round"])})
+        recovery.update(batches=batches, errors=errors)
+        self.held = None
+        return recovery
 
     def transfer(self, round_no, parents, sizes, created, existing):
         """Post every slice of every parent, interleaved per QP, and reap all completions."""

@@ -14,9 +14,22 @@ import time
 
 from . import content, wire
 from .case import format_address, parse_address
-from .engine import RAILS, ROUNDS, Engine, Round, count_public, new_progress, profile_key, qp_usage
+from .engine import (
+    BIND_WR_ID,
+    HELD_ROUND,
+    RAILS,
+    RECV_WR_ID,
+    ROUNDS,
+    Engine,
+    Round,
+    count_public,
+    new_progress,
+    profile_key,
+    qp_usage,
+)
 from .errors import EngineError, protocol_error
 from .ledger import write_json_atomic
+from .verbs import ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, WC_STATUS_NAMES
 
 
 class SourceEngine(Engine):
@@ -26,6 +39,8 @@ class SourceEngine(Engine):
         super().__init__(case, output, ledger, provider)
         self.by_qpn = {}  # qpn -> live QueuePair (the provider serves the requester on these)
         self.grants = set()
+        self.held = None  # installed-interruption: the authorization granted and not answered yet
+        self.mw = None
 
     def run(self):
         self.open()
@@ -53,7 +68,11 @@ class SourceEngine(Engine):
             if not self.survivor:
                 self.await_kill()
             self.await_peer_death()
+            recovery = self.release_held() if self.interruption else None
             self.next_generation()
+            if recovery is not None:
+                self.doc["restart"]["recovery"] = recovery
+                self.checkpoint()
             timeout = self.timeouts["restart_s"]  # the replacement requester comes after the kill
         self.close()
 
@@ -92,6 +111,8 @@ class SourceEngine(Engine):
             kind = msg["kind"]
             if kind == "CONNECT_QPS":
                 self.connect_qps(msg, rnd)
+            elif kind == "ROUND_BEGIN" and self.interruption and int(msg["round"]) == HELD_ROUND:
+                self.grant_held_round(msg)
             elif kind == "ROUND_BEGIN":
                 self.begin_round(msg, rnd)
             elif kind == "ROUND_DONE":
@@ -103,6 +124,8 @@ class SourceEngine(Engine):
                 if not self.restart or self.generation >= self.generations or self.round_no != ROUNDS:
                     raise protocol_error("restart", f"RESTART_POINT in generation {self.generation} of "
                                          f"{self.generations} after round {self.round_no}")
+                if self.interruption:
+                    self.note_held()
                 self.at_restart_point()
                 self.rv.send("RESTART_ACK", generation=self.generation)
                 return "restart"
@@ -146,6 +169,68 @@ class SourceEngine(Engine):
         self.rv.send("ROUND_READY", round=round_no, input_seed=rnd.seed)
         if self.operation == "read" and "payload_over_rendezvous" in self.defects:
             self.ship_payload_over_rendezvous(round_no)
+
+    def grant_held_round(self, msg):
+        """installed-interruption: authorize the round after a nonfinal generation's three as for any payload,
+        a memory window bound over the data MR and the completion receive posted on the first parent's QP,
+        then READY with the window's key. The control relay holds that READY: the grant stays pending."""
+        if self.generation >= self.generations or self.round_no != ROUNDS or self.held is not None:
+            raise protocol_error("submit", f"round {msg.get('round')} in generation {self.generation} of "
+                                 f"{self.generations} after round {self.round_no}")
+        before = self.held_snapshot()
+        parents = msg["parents"]
+        rail, lane = int(parents[0]["rail"]), int(parents[0]["lane"])
+        qp = next((q for q in self.by_qpn.values() if (q.context.rail, q.lane) == (rail, lane)), None)
+        if qp is None:
+            raise protocol_error("submit", f"no QP on rail {rail} lane {lane} for the grant")
+        entry = self.contexts[rail]
+        data, ctrl = entry["mrs"]["data"], entry["mrs"]["ctrl"]
+        self.mw = entry["ctx"].alloc_mw(entry["pd"])
+        access = ACCESS_REMOTE_READ if self.operation == "read" else ACCESS_REMOTE_WRITE
+        self.mw.bind(qp, BIND_WR_ID + HELD_ROUND, data, data.addr, data.length, access)
+        bind_status = self._reap_bind(entry["cq"], qp)
+        qp.post_recv(RECV_WR_ID + HELD_ROUND, ctrl.addr, ctrl.length, ctrl.lkey)
+        self.grants = {int(p["parent"]) for p in parents}
+        self.held = {"round": HELD_ROUND, "parents": len(parents), "grants_pending": len(self.grants),
+                     "mw": {"rail": rail, "handle": self.mw.handle, "rkey": self.mw.rkey, "bind": bind_status},
+                     "completion_receive": {"rail": rail, "lane": lane, "qpn": qp.qpn,
+                                            "wr_id": RECV_WR_ID + HELD_ROUND, "pending": qp.receives},
+                     "ready_sent_at": None, "before": before, "after": None}
+        self.rv.send("ROUND_READY", round=HELD_ROUND, grant={"rail": rail, "rkey": self.mw.rkey,
+                                                              "parents": sorted(self.grants)})
+        self.held["ready_sent_at"] = time.time()
+
+    def _reap_bind(self, cq, qp):
+        """The bind is a send-queue operation: its completion, polled here, says whether the window is bound."""
+        deadline = time.monotonic() + self.timeouts["connect_s"]
+        while time.monotonic() < deadline:
+            for wr_id, status, _len, _qpn in cq.poll(1):
+                qp.retire()
+                if wr_id == BIND_WR_ID + HELD_ROUND:
+                    return WC_STATUS_NAMES.get(status, str(status))
+            time.sleep(0.001)
+        raise EngineError("Timeout", "submit", "the memory-window bind did not complete")
+
+    def note_held(self):
+        """At the restart point: the grant still pending, what moved meanwhile (nothing may)."""
+        if self.held is None:
+            raise protocol_error("restart", "RESTART_POINT before the held round was authorized")
+        qp = self.by_qpn.get(self.held["completion_receive"]["qpn"])
+        self.held["grants_pending"] = len(self.grants)
+        self.held["completion_receive"]["pending"] = qp.receives if qp is not None else 0
+        self.held["after"] = self.held_snapshot()
+        self.doc["restart"]["interruption"] = self.held
+
+    def release_held(self):
+        """The surviving source after the requester died: drain the outstanding completion receive (its QP to
+        ERR, the flushed receive polled), reclaim the lanes, release the window and the pending grants."""
+        recovery = self.reclaim_lanes()
+        pending = len(self.grants)
+        if self.mw is not None:
+            self.mw.dealloc()
+        recovery.update(grants_released=pending, mw_released=self.mw is not None and not self.mw.live)
+        self.grants, self.held, self.mw = set(), None, None
+        return recovery
 
     def finish_round(self, msg, rnd):
         round_no = int(msg["round"])

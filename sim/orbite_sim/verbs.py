@@ -36,6 +36,8 @@ QPT_RC = 2
 QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = 0, 1, 2, 3, 6
 MTU_1024 = 3
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ = 1, 2, 4
+ACCESS_MW_BIND = 16
+MW_TYPE_1 = 1
 WR_RDMA_WRITE, WR_RDMA_READ = 0, 4
 SEND_SIGNALED = 2
 QP_STATE, QP_ACCESS_FLAGS, QP_PKEY_INDEX, QP_PORT, QP_AV, QP_PATH_MTU = 1, 8, 16, 32, 128, 256
@@ -43,6 +45,8 @@ QP_TIMEOUT, QP_RETRY_CNT, QP_RNR_RETRY, QP_RQ_PSN, QP_MAX_QP_RD_ATOMIC = 512, 10
 QP_MIN_RNR_TIMER, QP_SQ_PSN, QP_MAX_DEST_RD_ATOMIC, QP_DEST_QPN = 32768, 65536, 131072, 1048576
 
 WC_SUCCESS = 0
+WC_WR_FLUSH_ERR = 5
+WC_RECV = 128
 # ibv_wc_status numbering, names without the IBV_WC_ prefix (the ledger's WR status)
 WC_STATUS_NAMES = dict(enumerate((
     "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR", "MW_BIND_ERR",
@@ -56,7 +60,7 @@ DATA_ACCESS = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE
 SYSTEM_LIBRARY = "libibverbs.so.1"
 PROVIDER_COUNTERS = ("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed",
                      "wr_completed", "wr_failed")
-HELD_KINDS = ("ctx", "pd", "mr", "cq", "channel", "qp")
+HELD_KINDS = ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")
 # RC connection attributes: a GRH AV (RoCE), PSNs 0, 7 retries (rnr_retry 7 = forever).
 HOP_LIMIT = 64
 MIN_RNR_TIMER = 12
@@ -110,6 +114,22 @@ class SendWr(ctypes.Structure):
                 ("_rest", c_u8 * 76)]
 
 
+class RecvWr(ctypes.Structure):
+    _fields_ = [("wr_id", c_u64), ("next", vp), ("sg_list", vp), ("num_sge", c_int)]
+
+
+class MwBindInfo(ctypes.Structure):
+    _fields_ = [("mr", vp), ("addr", c_u64), ("length", c_u64), ("mw_access_flags", c_uint)]
+
+
+class MwBind(ctypes.Structure):
+    _fields_ = [("wr_id", c_u64), ("send_flags", c_uint), ("bind_info", MwBindInfo)]
+
+
+class MwHead(ctypes.Structure):
+    _fields_ = [("context", vp), ("pd", vp), ("rkey", c_u32), ("handle", c_u32), ("type", c_int)]
+
+
 class Wc(ctypes.Structure):
     _fields_ = [("wr_id", c_u64), ("status", c_int), ("opcode", c_int), ("vendor_err", c_u32),
                 ("byte_len", c_u32), ("imm_data", c_u32), ("qp_num", c_u32), ("src_qp", c_u32),
@@ -154,6 +174,10 @@ _SIGNATURES = {
     "ibv_destroy_qp": (c_int, [vp]),
     "orbite_ibv_post_send": (c_int, [vp, ctypes.POINTER(SendWr), ctypes.POINTER(vp)]),
     "orbite_ibv_poll_cq": (c_int, [vp, c_int, ctypes.POINTER(Wc)]),
+    "orbite_ibv_post_recv": (c_int, [vp, ctypes.POINTER(RecvWr), ctypes.POINTER(vp)]),
+    "orbite_ibv_alloc_mw": (vp, [vp, c_int]),
+    "orbite_ibv_dealloc_mw": (c_int, [vp]),
+    "orbite_ibv_bind_mw": (c_int, [vp, vp, ctypes.POINTER(MwBind)]),
     "orbite_ibv_req_notify_cq": (c_int, [vp, c_int]),
     "orbite_provider_held": (ctypes.c_long, [ctypes.c_char_p]),
     "orbite_provider_counter": (ctypes.c_longlong, [ctypes.c_char_p]),
@@ -382,8 +406,11 @@ class Context(_Owner):
     def create_cq(self, depth, channel=None):
         return CompletionQueue(self, depth, channel)
 
-    def reg_mr(self, pd, buffer, kind):
-        return MemoryRegion(pd, buffer, kind)
+    def reg_mr(self, pd, buffer, kind, access=None):
+        return MemoryRegion(pd, buffer, kind, access)
+
+    def alloc_mw(self, pd):
+        return MemoryWindow(pd)
 
     def create_qp(self, pd, cq, lane, operation, max_send_wr):
         return QueuePair(pd, cq, lane, operation, max_send_wr)
@@ -412,12 +439,13 @@ class MemoryRegion(_Owner):
 
     kind = "mr"
 
-    def __init__(self, pd, buffer, kind):
+    def __init__(self, pd, buffer, kind, access=None):
         ctx = pd.context
         self.kind_name = kind
         self.length = len(buffer)
         self._pin = (ctypes.c_char * self.length).from_buffer(buffer)
-        ptr = ctx.lib.ibv_reg_mr(pd.ptr, ctypes.addressof(self._pin), self.length, DATA_ACCESS)
+        ptr = ctx.lib.ibv_reg_mr(pd.ptr, ctypes.addressof(self._pin), self.length,
+                                 DATA_ACCESS if access is None else access)
         if not ptr:
             raise VerbsError("ibv_reg_mr", _errno(), f"{kind} MR of {self.length} B on {ctx.device}")
         head = MrHead.from_address(ptr)
@@ -427,6 +455,35 @@ class MemoryRegion(_Owner):
     def dereg(self):
         if self.live:
             self._destroyed("ibv_dereg_mr", self.context.lib.ibv_dereg_mr(self.ptr))
+
+
+class MemoryWindow(_Owner):
+    """A type-1 memory window: bound over part of an MR (a send-queue operation of a QP) to grant a peer."""
+
+    kind = "mw"
+
+    def __init__(self, pd):
+        ctx = pd.context
+        ptr = ctx.lib.orbite_ibv_alloc_mw(pd.ptr, MW_TYPE_1)
+        if not ptr:
+            raise VerbsError("ibv_alloc_mw", _errno(), ctx.device)
+        self.rkey = MwHead.from_address(ptr).rkey
+        self._own(ctx, ptr)
+
+    def bind(self, qp, wr_id, mr, addr, length, access):
+        """Post the bind on ``qp`` (signaled); the window's new rkey is known at once."""
+        bind = MwBind(wr_id=wr_id, send_flags=SEND_SIGNALED,
+                      bind_info=MwBindInfo(mr=mr.ptr, addr=addr, length=length, mw_access_flags=access))
+        ret = self.context.lib.orbite_ibv_bind_mw(qp.ptr, self.ptr, ctypes.byref(bind))
+        if ret:
+            raise VerbsError("ibv_bind_mw", ret, f"MW {self.handle} on QP {qp.qpn}")
+        self.rkey = MwHead.from_address(self.ptr).rkey
+        qp.outstanding += 1
+        self.context.native.wrs += 1
+
+    def dealloc(self):
+        if self.live:
+            self._destroyed("ibv_dealloc_mw", self.context.lib.orbite_ibv_dealloc_mw(self.ptr))
 
 
 class CompletionChannel(_Owner):
@@ -518,6 +575,7 @@ class QueuePair(_Owner):
         self.peer_qpn = None
         self.state = "RESET"
         self.outstanding = 0
+        self.receives = 0  # receives posted whose completion the engine has not polled yet
         self._own(ctx, ptr)
         self._wr = SendWr()
         self._sge = Sge()
@@ -568,6 +626,19 @@ class QueuePair(_Owner):
                              f"of {self.max_send_wr})")
         self.outstanding += 1
         self.context.native.wrs += 1
+
+    def post_recv(self, wr_id, addr, length, lkey):
+        """Post one receive (the completion receive a grant waits on)."""
+        sge = Sge(addr=addr, length=length, lkey=lkey)
+        wr = RecvWr(wr_id=wr_id, next=None, sg_list=ctypes.addressof(sge), num_sge=1)
+        ret = self.context.lib.orbite_ibv_post_recv(self.ptr, ctypes.byref(wr), ctypes.byref(self._bad))
+        if ret:
+            raise VerbsError("ibv_post_recv", ret, f"QP {self.qpn} wr_id {wr_id}")
+        self.receives += 1
+
+    def to_error(self):
+        """Move the QP to ERR: everything still queued on it completes flushed."""
+        self._modify(QpAttr(qp_state=QPS_ERR), QP_STATE, "ERR")
 
     def retire(self):
         self.outstanding -= 1

@@ -10,6 +10,7 @@ replacement starts in the next generation's directory with the same service addr
 
 import json
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 from helpers import sim_pair
 
 RESTART_POINT = "restart-point.json"
+# installed-interruption: how long each held batch's wait lasts here (short: it always times out).
+GRANT_S = 0.3
 
 
 def _wait_file(client, child, path, timeout, what):
@@ -32,12 +35,16 @@ def _wait_file(client, child, path, timeout, what):
     return json.loads(path.read_text())
 
 
-def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
-    """Run every generation of the restart case; return the case directory."""
+def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_defects=()):
+    """Run every generation of the restart case; return the case directory. installed-interruption: the
+    requester reaches the source through the control relay (docs/interruption.md), started after the
+    source listens and always stopped; each kill also waits for the relay to hold that generation's grant;
+    its journal is laid out as ``<case>/source/relay.jsonl``."""
     from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
         SupervisorClient,
         start_supervisor,
     )
+    from ansible_collections.orbite.qualification.plugins.module_utils._run import relay as relay_ctl
 
     run_dir = Path(run_dir)
     run_id = run_dir.name
@@ -48,6 +55,9 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
     fault = profile["fault_role"]
     generations = profile["generations"]
     clients, current, service = {}, {}, None
+    interruption = profile["mode"] == "installed-interruption"
+    relay_dir = str(run_dir / "relay-state" / case_id)
+    peer = {}
     # A loopback address of this run's own: between the kill and the replacement the source's port is
     # free, and another run binding port 0 on the same address could take it (the survivor would then
     # reconnect to a stranger). The gate's inventory gives each source a fixed address instead.
@@ -59,7 +69,9 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
         out = case_dir / role / f"g{generation}"
         out.mkdir(parents=True, exist_ok=True)
         extra = {"service_address": service or f"{own_ip}:0"} if role == "source" else {
-            "peer_address": service, "peer_registration_id": registrations["source"]}
+            "peer_address": peer.get("address", service), "peer_registration_id": registrations["source"]}
+        if interruption:
+            extra["timeouts"] = {"grant_s": GRANT_S}
         case = sim_pair.sim_harness.base_case(profile, role, roots[role], defects, run_id=run_id,
                                               registration_id=registrations[role], generation=generation, **extra)
         (out / "case.json").write_text(json.dumps(case))
@@ -80,8 +92,14 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
                              f"{roots[role]}/run/orbite/locks", root=roots[role], lease=timeout + 60)
             clients[role] = SupervisorClient(str(sup_dir))
         launch("source", 1)
+        if interruption:
+            peer.update(relay_ctl.start_relay({
+                "listen": f"{own_ip}:0", "upstream": service, "state_dir": relay_dir, "hold_after_round": 3,
+                "lease_s": timeout * generations + 60, "defects": list(relay_defects), "run_id": run_id}))
         launch("requester", 1)
         for generation in range(2, generations + 1):
+            if interruption:  # the held state first: the relay holds this generation's grant
+                relay_ctl.wait_held(relay_dir, generation - 1 if not relay_defects else 0, timeout)
             # The documented kill point: both runners reached the previous generation's restart point.
             for role in ("source", "requester"):
                 _wait_file(clients[role], current[role], case_dir / role / f"g{generation - 1}" / RESTART_POINT,
@@ -95,6 +113,12 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120):
             if clients[role].wait(current[role]["child_id"], timeout=timeout)["timed_out"]:
                 raise RuntimeError(f"{role} runner still running after {timeout} s")
     finally:
+        if interruption:
+            relay_ctl.stop_relay(relay_dir)
+            if Path(relay_dir, relay_ctl.JOURNAL_NAME).exists():
+                (case_dir / "source").mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(relay_dir, relay_ctl.JOURNAL_NAME), case_dir / "source" / "relay.jsonl")
         sim_pair.stop_supervisors(clients, case_dir)
-    sim_pair.write_case(run_dir, case_id, profile, registrations, defects)
+    # The plan names every switch, the relay's too (it records its own in its journal).
+    sim_pair.write_case(run_dir, case_id, profile, registrations, [*defects, *relay_defects])
     return case_dir

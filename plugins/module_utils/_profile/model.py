@@ -99,6 +99,10 @@ PROVOKED_ERRORS = {
     "installed-rail-accounting": (),
     # The survivor's stale-epoch attempts (docs/restart.md): both must fail EpochMismatch.
     "installed-restart": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit")),
+    # docs/interruption.md: the restart's, plus the held round's wait timeouts and busy free() calls, and a
+    # surviving requester's batches failed when the source died holding their grant.
+    "installed-interruption": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"), ("Timeout", "wait"),
+                               ("BatchBusy", "free"), ("PeerLost", "wait")),
 }
 
 # The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).

@@ -28,6 +28,7 @@ class CaseReceipts:
     observer_logs: dict = field(default_factory=dict)  # (role, generation, tool) -> ObserverLog
     journals: dict = field(default_factory=dict)  # role -> Receipt of {"header", "events"}
     inventories: dict = field(default_factory=dict)  # (role, generation, "before"|"after") -> Receipt
+    relay: object = None  # installed-interruption: Receipt of the control relay's journal {"header", "events"}
     # Facts several rules derive from the same receipt (an observer log's replay), computed once.
     memo: dict = field(default_factory=dict)
     # The plan the identity rules hold the receipts against: run.json and case.json (verdict.py), and
@@ -57,6 +58,8 @@ class CaseReceipts:
         found += [log.problem for log in self.observer_logs.values() if log.problem]
         found += [r.problem for r in self.journals.values() if r.problem]
         found += [r.problem for r in self.inventories.values() if r.problem]
+        if self.relay is not None and self.relay.problem:
+            found.append(self.relay.problem)
         return found
 
     def usable(self):
@@ -65,6 +68,7 @@ class CaseReceipts:
             "observers": all(log.ok for log in self.observer_logs.values()),
             "journals": all(r.ok for r in self.journals.values()),
             "inventories": all(r.ok for r in self.inventories.values()),
+            "relay": self.relay is not None and self.relay.ok,
         }
 
 
@@ -81,6 +85,9 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
             key = (observer["role"], generation, observer["tool"])
             path = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}.jsonl"
             case.observer_logs[key] = load_observer_log(path, root, budget)
+    if profile.get("mode") == "installed-interruption":
+        # The control relay's journal (docs/interruption.md), fetched from the source node.
+        case.relay = load_journal(f"{case_dir}/source/relay.jsonl", root, budget)
     for role in ROLES:
         case.journals[role] = load_journal(f"{case_dir}/{role}/journal.jsonl", root, budget)
         if profile.get("discovery") == "auto":

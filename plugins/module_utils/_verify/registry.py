@@ -31,10 +31,11 @@ WITNESSES = {
     "observer": "the observer log written by the preloaded observer library",
     "peer": "the other role's ledger",
     "runner": "the runner's own ledger (its word for its own work)",
+    "relay": "the control relay's journal of the rendezvous frames it forwarded and held (installed-interruption)",
     "gate": "the gate's record of a failed node step (`node-failure.json`)",
     "format": "the documented receipt formats (docs/receipts.md) and the reading bounds",
 }
-NEEDS = ("ledgers", "observers", "journals", "inventories")
+NEEDS = ("ledgers", "observers", "journals", "inventories", "relay")
 _CODE = re.compile(r"[a-z][a-z_]*\.[a-z][a-z_]*", re.ASCII)
 
 

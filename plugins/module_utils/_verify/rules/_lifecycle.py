@@ -13,12 +13,19 @@ generation's restart point. The ledger of every nonfinal generation is written a
 from __future__ import annotations
 
 RESTART_MODE = "installed-restart"
+# installed-interruption (docs/interruption.md) runs the same roles: one survivor, a fault role killed
+# and replaced per generation, with an authorization held before each kill.
+INTERRUPTION_MODE = "installed-interruption"
+RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE)
+# The control relay's defect switches (docs/runner-contract.md section 7): the plan names them with the
+# runners', the relay's journal records them.
+RELAY_SWITCHES = ("leak_grant",)
 SIGKILL = 9
 
 
 def restart_roles(profile):
-    """(fault role, survivor role) of an installed-restart profile, else None."""
-    if profile.get("mode") != RESTART_MODE:
+    """(fault role, survivor role) of an installed-restart or installed-interruption profile, else None."""
+    if profile.get("mode") not in RESTART_MODES:
         return None
     fault = profile["fault_role"]
     return fault, ("requester" if fault == "source" else "source")

@@ -259,14 +259,24 @@ def check_registration(case):
 
 
 @rule("identity.defects", "identity",
-      "every ledger and runner case file names exactly the plan's defect switches (none in a qualifying run)",
+      "every ledger and runner case file names exactly the plan's defect switches (none in a qualifying run); "
+      "installed-interruption: the control relay's journal names the plan's relay switches, the runners the rest",
       witness=("plan", "journal"), needs=("ledgers",))
 def check_defects(case):
     missing = _no_plan(case)
     if missing:
         return missing
-    wanted = sorted(case.plan.get("defects") or [])
+    planned = sorted(case.plan.get("defects") or [])
+    # installed-interruption: the control relay's own switches are the relay's, named in its journal.
+    relayed = sorted(d for d in planned if d in lifecycle.RELAY_SWITCHES) if case.relay is not None else []
+    wanted = [d for d in planned if d not in relayed]
     problems = []
+    if case.relay is not None and case.relay.ok:
+        start = next((e for e in [case.relay.data["header"], *case.relay.data["events"]]
+                      if isinstance(e, dict) and e.get("ev") == "start"), {})
+        seen = start.get("defects")
+        if not isinstance(seen, list) or sorted(map(str, seen)) != relayed:
+            problems.append((f"the relay says defect switches {seen!r}, the plan {relayed}", case.relay.path))
     for role, generation, ledger, path in each_ledger(case):
         runner = ledger.get("runner")
         seen = runner.get("defects") if isinstance(runner, dict) else None

@@ -25,7 +25,7 @@ MRS_PER_CONTEXT = 2  # a data MR and a ctrl MR per context: four persistent MRs 
 PROBED = ("open_segment", "submit")
 
 
-@applies("installed-restart")
+@applies("installed-restart, installed-interruption")
 def restart_mode(profile, _workload):
     return lifecycle.restart_roles(profile) is not None
 
@@ -37,6 +37,16 @@ def _restart(ledger):
 
 def _journal_events(case, role, name):
     return [e for e in case.journals[role].data["events"] if e.get("ev") == name]
+
+
+def relay_start(case):
+    """The relay journal's start record ({} when there is none or it is unusable)."""
+    events = case.relay.data.get("events") if case.relay is not None and case.relay.ok else None
+    header = case.relay.data.get("header") if case.relay is not None and case.relay.ok else None
+    for record in ([header] if isinstance(header, dict) else []) + (events or []):
+        if isinstance(record, dict) and record.get("ev") == "start":
+            return record
+    return {}
 
 
 def _told(start):
@@ -165,6 +175,8 @@ def check_replacement(case):
     pids = []
     first = case.ledger(fault, 1)
     source_address = case.ledger("source", 1).get("service_address")
+    # installed-interruption: the requester reaches the source through the control relay (its journal's start).
+    relayed = relay_start(case).get("listen") if case.relay is not None else None
     for generation in case.generations():
         found = starts.get(generation, [])
         if len(found) != 1:
@@ -181,9 +193,9 @@ def check_replacement(case):
             if bound != source_address or (generation > 1 and told.get("service_address") != source_address):
                 problems.append((f"source g{generation}: told {told.get('service_address')!r}, bound {bound!r}; "
                                  f"generation 1 served {source_address!r}", path))
-        elif told.get("peer_address") != source_address:
+        elif told.get("peer_address") != (relayed or source_address):
             problems.append((f"requester g{generation}: told peer {told.get('peer_address')!r}, the source serves "
-                             f"{source_address!r}", path))
+                             f"{source_address!r}" + (f" through the relay at {relayed!r}" if relayed else ""), path))
     if len(set(pids)) != len(pids):
         problems.append((f"{fault}: pids {pids}: each generation must be a new process", path))
     return problems
