@@ -108,12 +108,14 @@ class Round:
         self.round_no = round_no
         self.started = None
         self.provider_before = None  # the provider's own counters when the round's traffic starts
+        self.device_before = None  # and its counters per context (rail), {rail: {name: value}}
         self.native_before = None  # native counters per rail when the transfer starts
         self.created = set()  # QPNs created for this round
         self.seed = None
         self.origin = None  # "local" on the data side, "peer" on the destination side
         self.guard_seed = None  # destination side only
         self.placement = None  # source: the parents ROUND_BEGIN placed
+        self.issued = []  # source: the grants ROUND_READY issued
 
 
 class Engine:
@@ -361,19 +363,44 @@ class Engine:
     def new_public(self):
         return {"bytes": 0, "per_rail": {str(r): 0 for r in self.enabled_rails}}
 
+    def mark_counters(self, rnd):
+        """Snapshot the provider's counters, for the process and per rail's context, at the round's start."""
+        rnd.provider_before = self.provider.counters()
+        rnd.device_before = self.device_snapshot()
+
+    def device_snapshot(self):
+        return {rail: entry["ctx"].device_counters() for rail, entry in self.contexts.items() if entry["ctx"].live}
+
+    def device_counters(self, before):
+        """What the provider moved through each rail's context since ``before``: its own per-device count."""
+        now = self.device_snapshot()
+        return {str(rail): {k: now[rail][k] - before[rail][k] for k in now[rail]} for rail in sorted(now)
+                if rail in before}
+
+    def drain_state(self, wrs, qps, grants):
+        """A round's drain record, counted from this engine's own state: WRs of its records without a
+        completion and their bytes, the send-queue slots the provider says its QPs still hold, the grants
+        it still holds."""
+        pending = [w for w in wrs if w["completed_seq"] is None]
+        slots = sum(qp.provider_outstanding() for qp in qps)
+        debt = {"wrs": max(len(pending), slots), "bytes": sum(w["bytes"] for w in pending), "grants": grants}
+        return {"drained": not any(debt.values()), "debt_wrs": debt["wrs"], "debt_bytes": debt["bytes"],
+                "debt_grants": debt["grants"], "provider_outstanding_wrs": slots}
+
     def record_round(self, rnd, *, batches, parents, wrs, usage, public, drain, progress, skew_rail=None):
         """Append the round's ledger record (docs/receipts.md section 1) and return it."""
         now = self.provider.counters()
         finished = time.time()
         record = {
             "round": rnd.round_no, "epoch": self.epoch, "peer_epoch": self.rv.peer_epoch, "input_seed": rnd.seed,
-            "seed_origin": rnd.origin, "started_at": rnd.started, "finished_at": finished,
+            "seed_origin": rnd.origin, "guard_seed": rnd.guard_seed, "started_at": rnd.started, "finished_at": finished,
             "duration_s": round(finished - rnd.started, 6), "batches": batches, "parents": parents, "wrs": wrs,
             "qp_usage": usage, "qps_created": len(rnd.created),
             "qps_reused": sum(1 for u in usage if u["reused"]),
             "counters": {"public": public, "native": self.native_counters(rnd.native_before, skew_rail)},
             "drain": drain, "progress": progress, "rendezvous": self.rv.counters(rnd.round_no),
             "provider": {k: now[k] - rnd.provider_before[k] for k in now},
+            "device": self.device_counters(rnd.device_before),
             "errors": [],
         }
         self.doc["rounds"].append(record)
