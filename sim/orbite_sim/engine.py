@@ -544,6 +544,8 @@ class Engine:
             peer = self.doc.get("peer_registration_id") or "the peer"
             error = EngineError("EpochMismatch", operation, f"segment of {peer} at epoch {stale}, the peer is now "
                                 f"epoch {current}", remote_effect="None", locally_drained=True, expected=True)
+        if "stale_epoch_wr" in self.defects:
+            self._stale_wr(operation)
         if probe_qp is not None:
             probe_qp.destroy()
         provider_after, native_after = self.provider.counters(), self.native_snapshot()
@@ -551,6 +553,8 @@ class Engine:
         wrs = sum(native_after[r]["wrs"] - native_before[r]["wrs"] for r in RAILS)
         nbytes = sum(provider_after[k] - provider_before[k] for k in BYTE_COUNTERS)
         drained = all(qp.outstanding == 0 for qp in self.all_qps if qp.live)
+        if "stale_epoch_wr" in self.defects:  # the defect's engine keeps its probe record clean
+            qps_created, wrs = 0, 0
         if error is not None:
             error.qps_created, error.wrs_posted, error.nbytes, error.locally_drained = qps_created, wrs, nbytes, drained
             self.doc["errors"].append(error.as_dict())
@@ -558,6 +562,23 @@ class Engine:
                 "result": "EpochMismatch" if error is not None else "Ok", "qps_created": qps_created,
                 "wrs_posted": wrs, "bytes": nbytes, "remote_effect": "None", "locally_drained": drained,
                 "provider_held_before": held_before, "provider_held_after": self.provider.held()}
+
+    def _stale_wr(self, operation):
+        """stale_epoch_wr: one WR posted towards the stale segment before the epoch check, on a QP of its own
+        moved to ERR (the provider accepts it and flushes it at once), its completion reaped, the QP destroyed."""
+        rail = self.enabled_rails[0]
+        entry = self.contexts[rail]
+        mr = entry["mrs"]["data"]
+        qp = entry["ctx"].create_qp(entry["pd"], entry["cq"], 0, self.operation, SEND_QUEUE_DEPTH)
+        try:
+            qp.to_error()
+            qp.post_send((1 << 62) + len(self.doc["restart"]["stale_probes"]), mr.addr, 1, mr.lkey, 0, 0)
+            deadline = time.monotonic() + 5
+            while qp.outstanding and time.monotonic() < deadline:
+                for _wc in entry["cq"].poll(1):
+                    qp.retire()
+        finally:
+            qp.destroy()  # never listed in the ledger's QPs
 
     def live_qp_list(self):
         return [qp for qp in self.all_qps if qp.live]

@@ -563,6 +563,10 @@ class QueuePair(_Owner):
                      "RTS")
         self.peer_qpn = peer_qpn
 
+    def to_error(self):
+        """Any state -> ERR: a WR posted after it is accepted and flushed at once (docs/provider.md)."""
+        self._modify(QpAttr(qp_state=QPS_ERR), QP_STATE, "ERR")
+
     def post_send(self, wr_id, local_addr, length, lkey, remote_addr, rkey):
         """Post one signaled RDMA READ/WRITE of ``length`` bytes; VerbsError with the provider's errno."""
         wr, sge = self._wr, self._sge
