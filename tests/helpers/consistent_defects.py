@@ -532,6 +532,12 @@ def grant_never_returned(f):
             parent["status"] = "Granted"
 
 
+def batch_never_freed(f):
+    """The requester's free() of round 3's batch answered BatchBusy (a WR it lost track of), and it
+    went on: its drain and every counter still say all is done."""
+    _round(f.requester, 3)["batches"][0]["free"] = "BatchBusy"
+
+
 def guard_seed_reused(f):
     """The destination writes round 1's guards again in rounds 2 and 3 (one guard seed for the
     case: a region left from round 1 would pass its guard check); every guard check and digest it
@@ -720,6 +726,7 @@ DEFECTS = {
     "source_served_from_the_other_rail": Defect("ra", "counters.source", UNREAD, source_served_from_the_other_rail),
     "source_received_shifted": Defect("ih", "counters.source", UNREAD, source_received_shifted),
     "grant_never_returned": Defect("ih", "ledger.drain", SELF, grant_never_returned),
+    "batch_never_freed": Defect("ra", "ledger.drain", UNREAD, batch_never_freed),
     "guard_seed_reused_read": Defect("ra", "ledger.guard_content", UNREAD, guard_seed_reused),
     "guard_seed_reused_write": Defect("ih", "ledger.guard_content", UNREAD, guard_seed_reused),
     "writes_on_a_read": Defect("ra", "counters.opcodes", UNREAD, writes_on_a_read),

@@ -247,8 +247,8 @@ def _grant_lists(drain, role):
 
 @rule("ledger.drain", "ledger",
       "both peers drained to zero debt after every round: no WR outstanding (also in the verbs provider's send "
-      "queues), and every grant the source issued (the profile's parents) handed back by the requester and taken "
-      "back by the source, by both peers' own lists",
+      "queues), the requester's batch of all parents freed Ok, and every grant the source issued (the profile's "
+      "parents) handed back by the requester and taken back by the source, by both peers' own lists",
       witness=("runner", "peer", "profile"))
 def check_drained(case):
     """Each peer's drain record says drained with no debt, and the provider's count of send-queue slots
@@ -266,6 +266,13 @@ def check_drained(case):
         if not drain["drained"] or debt != (0, 0, 0) or slots != 0:
             problems.append((f"{role} g{generation} round {rnd['round']}: not drained (debt WRs/bytes/grants {debt}, "
                              f"send-queue slots the provider still holds {slots!r})", f"{where}.drain"))
+        if role == "requester":
+            batches = [(b.get("parents"), b.get("state"), b.get("free")) if isinstance(b, dict) else b
+                       for b in rnd["batches"]]
+            if batches != [(parents, "Completed", "Ok")]:
+                problems.append((f"requester g{generation} round {rnd['round']}: batches (parents, state, free) "
+                                 f"{batches[:MAX_SHOWN]}, expected one of all {len(parents)} parents, Completed, "
+                                 "freed Ok", f"{where}.batches"))
         found = _grant_lists(drain, role)
         if isinstance(found, str):
             problems.append((f"{role} g{generation} round {rnd['round']}: {found}", f"{where}.drain"))
