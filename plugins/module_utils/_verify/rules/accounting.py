@@ -31,7 +31,7 @@ _OBS = ("ledgers", "observers")
 @applies("modes loading the accounting observer for their rounds (installed-restart's watches the survivor's "
          "stale attempts: restart.stale_no_effect)")
 def has_accounting(profile, workload):
-    return profile["mode"] != "installed-restart" and any(o["tool"] == "accounting" for o in workload["observers"])
+    return profile.get("mode") != "installed-restart" and any(o["tool"] == "accounting" for o in workload["observers"])
 
 
 @applies("installed-rail-accounting")
