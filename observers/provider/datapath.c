@@ -363,7 +363,7 @@ static void complete_send(struct pqp *q, struct swqe *e, enum ibv_wc_status stat
 	struct cqe_slot s;
 	int signaled = q->sq_sig_all || (e->send_flags & IBV_SEND_SIGNALED);
 
-	stat_add(status == IBV_WC_SUCCESS ? S_WR_COMPLETED : S_WR_FAILED, 1);
+	stat_add(q->c, status == IBV_WC_SUCCESS ? S_WR_COMPLETED : S_WR_FAILED, 1);
 	if (status == IBV_WC_SUCCESS && !signaled)
 		return; /* its send-queue slot goes with the next polled CQE */
 	memset(&s, 0, sizeof(s));
@@ -860,7 +860,7 @@ static void stall_wait(struct pqp *q)
 	struct timespec ts;
 
 	abstime_in(&ts, q->stall_ms > 0 ? q->stall_ms : cfg.stall_ms);
-	stat_add(S_STALLS, 1);
+	stat_add(q->c, S_STALLS, 1);
 	pthread_mutex_lock(&q->lock);
 	while (q->qp.state == IBV_QPS_RTS && !q->dead)
 		if (pthread_cond_timedwait(&q->cond, &q->lock, &ts))
@@ -1089,7 +1089,7 @@ static int rx_one(struct pqp *q, int fd, struct swqe *e)
 		return RX_NAK;
 	}
 	if (e->opcode != IBV_WR_RDMA_READ) {
-		stat_add(S_WRITE_BYTES_SENT, e->len);
+		stat_add(q->c, S_WRITE_BYTES_SENT, e->len);
 		return RX_OK;
 	}
 	if (h.len != e->len) {
@@ -1119,7 +1119,7 @@ static int rx_one(struct pqp *q, int fd, struct swqe *e)
 			return RX_IOERR;
 		}
 		done += n;
-		stat_add(S_READ_BYTES_LANDED, n);
+		stat_add(q->c, S_READ_BYTES_LANDED, n);
 		if (cfg.pace_us)
 			usleep((useconds_t)cfg.pace_us);
 	}
@@ -1338,7 +1338,7 @@ static int land(struct pqp *q, int fd, const struct ibv_sge *sge, const struct m
 		if (recvv_all(fd, iov, cnt))
 			return -1;
 		done += n;
-		stat_add(S_WRITE_BYTES_LANDED, n);
+		stat_add(q->c, S_WRITE_BYTES_LANDED, n);
 	}
 	return 0;
 }
@@ -1388,9 +1388,9 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				/* Counted before the bytes leave: the requester may complete the
 				 * WR and its engine ask this process for the figure before this
 				 * thread runs again (taken back if the chunk does not go). */
-				stat_add(S_READ_BYTES_SERVED, n);
+				stat_add(q->c, S_READ_BYTES_SERVED, n);
 				if (!qp_serving(q) || sendv_all(fd, iov, cnt)) {
-					stat_add(S_READ_BYTES_SERVED, -n);
+					stat_add(q->c, S_READ_BYTES_SERVED, -n);
 					mem_release(c, &m);
 					return 0;
 				}

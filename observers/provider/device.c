@@ -35,9 +35,11 @@ void held_add(int kind, long delta)
 	__atomic_add_fetch(&held[kind], delta, __ATOMIC_SEQ_CST);
 }
 
-void stat_add(int kind, uint64_t delta)
+void stat_add(struct pctx *c, int kind, uint64_t delta)
 {
 	__atomic_add_fetch(&stats[kind], delta, __ATOMIC_RELAXED);
+	if (c)
+		__atomic_add_fetch(&c->stats[kind], delta, __ATOMIC_RELAXED);
 }
 
 PROV_EXPORT long orbite_provider_held(const char *kind)
@@ -57,6 +59,19 @@ PROV_EXPORT long long orbite_provider_counter(const char *name)
 	for (k = 0; name && k < S_COUNT; k++)
 		if (!strcmp(name, stat_names[k]))
 			return (long long)__atomic_load_n(&stats[k], __ATOMIC_RELAXED);
+	return -1;
+}
+
+PROV_EXPORT long long orbite_provider_ctx_counter(struct ibv_context *ctx, const char *name)
+{
+	struct pctx *c = (struct pctx *)ctx;
+	int k;
+
+	if (!c)
+		return -1;
+	for (k = 0; name && k < S_COUNT; k++)
+		if (!strcmp(name, stat_names[k]))
+			return (long long)__atomic_load_n(&c->stats[k], __ATOMIC_RELAXED);
 	return -1;
 }
 

@@ -25,6 +25,13 @@ long orbite_provider_held(const char *kind);
  * point); -1 for an unknown name. */
 long long orbite_provider_counter(const char *name);
 
+/* The same counters for one context (so one device, one rail of an engine):
+ * what this process's provider moved through the QPs of ctx, as requester
+ * (read_bytes_landed, write_bytes_sent) and as responder (read_bytes_served,
+ * write_bytes_landed).  Live until ibv_close_device(ctx); -1 for an unknown
+ * name or no context. */
+long long orbite_provider_ctx_counter(struct ibv_context *ctx, const char *name);
+
 /* Test hook: the next payload WR (READ, WRITE, WRITE_WITH_IMM, SEND) posted
  * on qp moves `bytes` bytes, then waits until the QP leaves RTS (at most
  * max_ms, then it goes on).  Returns 0, or EINVAL for a foreign QP. */

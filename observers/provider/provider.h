@@ -31,7 +31,10 @@ enum stat_kind {
 	S_STALLS,              /* WRs that reached their stall point (test hook) */
 	S_COUNT
 };
-void stat_add(int kind, uint64_t delta);
+struct pctx;
+/* Count for the process and, when c is given, for that context (its device:
+ * orbite_provider_ctx_counter). */
+void stat_add(struct pctx *c, int kind, uint64_t delta);
 
 /* Diagnostics on stderr, prefixed "orbite provider: ". */
 void prov_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -92,6 +95,7 @@ struct pctx {
 	struct pchan *chans;
 	int async_wfd;           /* writing end of async_fd */
 	int closing;
+	uint64_t stats[S_COUNT]; /* what moved through this context (atomic) */
 };
 
 uint32_t ctx_new_handle(struct pctx *c);

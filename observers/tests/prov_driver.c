@@ -230,12 +230,24 @@ static void server(const char *path, const char *dev)
 			r.v[0] = wc.status;
 			break;
 		}
-		case C_COUNTERS:
+		case C_COUNTERS: {
+			struct ep other;
+
 			r.v[0] = orbite_provider_counter("read_bytes_served");
 			r.v[1] = orbite_provider_counter("write_bytes_landed");
 			r.v[2] = orbite_provider_counter("read_bytes_landed");
 			r.v[3] = orbite_provider_counter("write_bytes_sent");
+			/* per context: this endpoint's moved everything, a context of the
+			 * other device (opened now) nothing */
+			r.v[4] = orbite_provider_ctx_counter(S.e.ctx, "read_bytes_served");
+			r.v[5] = orbite_provider_ctx_counter(S.e.ctx, "write_bytes_landed");
+			ep_open(&other, strcmp(dev, "mlx5_0") ? "mlx5_0" : "mlx5_1", GID_INDEX, 0, 16);
+			r.v[6] = orbite_provider_ctx_counter(other.ctx, "read_bytes_served") +
+				 orbite_provider_ctx_counter(other.ctx, "write_bytes_landed");
+			ep_close(&other);
+			r.v[7] = orbite_provider_ctx_counter(S.e.ctx, "no_such_counter");
 			break;
+		}
 		case C_HELD:
 			for (i = 0; i < 7; i++)
 				r.v[i] = orbite_provider_held(held_kinds[i]);
@@ -562,10 +574,14 @@ static void sc_rw(void)
 	r = call(C_COUNTERS, 0, 0, 0, 0);
 	out("{\"op\":\"counters\",\"client_read_landed\":%lld,\"client_write_sent\":%lld,"
 	    "\"server_read_served\":%lld,\"server_write_landed\":%lld,\"expect_read\":%llu,"
-	    "\"expect_write\":%llu}",
+	    "\"expect_write\":%llu,\"client_ctx_read_landed\":%lld,\"client_ctx_write_sent\":%lld,"
+	    "\"server_ctx_read_served\":%lld,\"server_ctx_write_landed\":%lld,"
+	    "\"server_other_ctx\":%lld,\"unknown_name\":%lld}",
 	    orbite_provider_counter("read_bytes_landed"), orbite_provider_counter("write_bytes_sent"),
 	    (long long)r.v[0], (long long)r.v[1], (unsigned long long)read_total,
-	    (unsigned long long)write_total);
+	    (unsigned long long)write_total, orbite_provider_ctx_counter(C.e.ctx, "read_bytes_landed"),
+	    orbite_provider_ctx_counter(C.e.ctx, "write_bytes_sent"), (long long)r.v[4],
+	    (long long)r.v[5], (long long)r.v[6], (long long)r.v[7]);
 	pair_free(&p);
 }
 

@@ -40,6 +40,7 @@ DEFECTS = (
 RESTART_DEFECTS = (
     "stale_epoch_accepted",
     "stale_epoch_qp",
+    "stale_epoch_wr",
     "survivor_reregisters",
     "reuse_epoch",
     "drop_cached_qps",

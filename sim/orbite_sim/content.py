@@ -104,6 +104,11 @@ def check_region(arena, parent, expected, guard_seed):
     trail_changed = _diff(arena, off + payload, trail)[0]
     byte_check = {"checked_bytes": payload, "mismatched_bytes": mismatched, "first_mismatch": first,
                   "ok": mismatched == 0}
+    # The guard windows as they are after the round, hashed: the verifier recomputes what they must
+    # be from the round's guard seed with its own code (docs/content.md).
+    lead_now = hashlib.sha256(arena[off - GUARD_BYTES : off]).hexdigest()
+    trail_now = hashlib.sha256(arena[off + payload : off + payload + GUARD_BYTES]).hexdigest()
     guard_check = {"guard_bytes": GUARD_BYTES, "leading_changed": lead_changed,
-                   "trailing_changed": trail_changed, "ok": lead_changed == 0 and trail_changed == 0}
+                   "trailing_changed": trail_changed, "leading_sha256": lead_now, "trailing_sha256": trail_now,
+                   "ok": lead_changed == 0 and trail_changed == 0}
     return byte_check, guard_check

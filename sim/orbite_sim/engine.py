@@ -125,12 +125,14 @@ class Round:
         self.round_no = round_no
         self.started = None
         self.provider_before = None  # the provider's own counters when the round's traffic starts
+        self.device_before = None  # and its counters per context (rail), {rail: {name: value}}
         self.native_before = None  # native counters per rail when the transfer starts
         self.created = set()  # QPNs created for this round
         self.seed = None
         self.origin = None  # "local" on the data side, "peer" on the destination side
         self.guard_seed = None  # destination side only
         self.placement = None  # source: the parents ROUND_BEGIN placed
+        self.issued = []  # source: the grants ROUND_READY issued
 
 
 class Engine:
@@ -381,6 +383,30 @@ class Engine:
     def new_public(self):
         return {"bytes": 0, "per_rail": {str(r): 0 for r in self.enabled_rails}}
 
+    def mark_counters(self, rnd):
+        """Snapshot the provider's counters, for the process and per rail's context, at the round's start."""
+        rnd.provider_before = self.provider.counters()
+        rnd.device_before = self.device_snapshot()
+
+    def device_snapshot(self):
+        return {rail: entry["ctx"].device_counters() for rail, entry in self.contexts.items() if entry["ctx"].live}
+
+    def device_counters(self, before):
+        """What the provider moved through each rail's context since ``before``: its own per-device count."""
+        now = self.device_snapshot()
+        return {str(rail): {k: now[rail][k] - before[rail][k] for k in now[rail]} for rail in sorted(now)
+                if rail in before}
+
+    def drain_state(self, wrs, qps, grants):
+        """A round's drain record, counted from this engine's own state: WRs of its records without a
+        completion and their bytes, the send-queue slots the provider says its QPs still hold, the grants
+        it still holds."""
+        pending = [w for w in wrs if w["completed_seq"] is None]
+        slots = sum(qp.provider_outstanding() for qp in qps)
+        debt = {"wrs": max(len(pending), slots), "bytes": sum(w["bytes"] for w in pending), "grants": grants}
+        return {"drained": not any(debt.values()), "debt_wrs": debt["wrs"], "debt_bytes": debt["bytes"],
+                "debt_grants": debt["grants"], "provider_outstanding_wrs": slots}
+
     def record_round(self, rnd, *, batches, parents, wrs, usage, public, drain, progress, skew_rail=None):
         """Append the round's ledger record (docs/receipts.md section 1) and return it."""
         report_progress(self, rnd.round_no, ROUNDS, "drained", sum(1 for w in wrs if w["completed_seq"] is not None),
@@ -389,13 +415,14 @@ class Engine:
         finished = time.time()
         record = {
             "round": rnd.round_no, "epoch": self.epoch, "peer_epoch": self.rv.peer_epoch, "input_seed": rnd.seed,
-            "seed_origin": rnd.origin, "started_at": rnd.started, "finished_at": finished,
+            "seed_origin": rnd.origin, "guard_seed": rnd.guard_seed, "started_at": rnd.started, "finished_at": finished,
             "duration_s": round(finished - rnd.started, 6), "batches": batches, "parents": parents, "wrs": wrs,
             "qp_usage": usage, "qps_created": len(rnd.created),
             "qps_reused": sum(1 for u in usage if u["reused"]),
             "counters": {"public": public, "native": self.native_counters(rnd.native_before, skew_rail)},
             "drain": drain, "progress": progress, "rendezvous": self.rv.counters(rnd.round_no),
             "provider": {k: now[k] - rnd.provider_before[k] for k in now},
+            "device": self.device_counters(rnd.device_before),
             "errors": [],
         }
         self.doc["rounds"].append(record)
@@ -587,6 +614,8 @@ class Engine:
             peer = self.doc.get("peer_registration_id") or "the peer"
             error = EngineError("EpochMismatch", operation, f"segment of {peer} at epoch {stale}, the peer is now "
                                 f"epoch {current}", remote_effect="None", locally_drained=True, expected=True)
+        if "stale_epoch_wr" in self.defects:
+            self._stale_wr(operation)
         if probe_qp is not None:
             probe_qp.destroy()
         provider_after, native_after = self.provider.counters(), self.native_snapshot()
@@ -594,6 +623,8 @@ class Engine:
         wrs = sum(native_after[r]["wrs"] - native_before[r]["wrs"] for r in RAILS)
         nbytes = sum(provider_after[k] - provider_before[k] for k in BYTE_COUNTERS)
         drained = all(qp.outstanding == 0 for qp in self.all_qps if qp.live)
+        if "stale_epoch_wr" in self.defects:  # the defect's engine keeps its probe record clean
+            qps_created, wrs = 0, 0
         if error is not None:
             error.qps_created, error.wrs_posted, error.nbytes, error.locally_drained = qps_created, wrs, nbytes, drained
             self.doc["errors"].append(error.as_dict())
@@ -601,6 +632,23 @@ class Engine:
                 "result": "EpochMismatch" if error is not None else "Ok", "qps_created": qps_created,
                 "wrs_posted": wrs, "bytes": nbytes, "remote_effect": "None", "locally_drained": drained,
                 "provider_held_before": held_before, "provider_held_after": self.provider.held()}
+
+    def _stale_wr(self, operation):
+        """stale_epoch_wr: one WR posted towards the stale segment before the epoch check, on a QP of its own
+        moved to ERR (the provider accepts it and flushes it at once), its completion reaped, the QP destroyed."""
+        rail = self.enabled_rails[0]
+        entry = self.contexts[rail]
+        mr = entry["mrs"]["data"]
+        qp = entry["ctx"].create_qp(entry["pd"], entry["cq"], 0, self.operation, SEND_QUEUE_DEPTH)
+        try:
+            qp.to_error()
+            qp.post_send((1 << 62) + len(self.doc["restart"]["stale_probes"]), mr.addr, 1, mr.lkey, 0, 0)
+            deadline = time.monotonic() + 5
+            while qp.outstanding and time.monotonic() < deadline:
+                for _wc in entry["cq"].poll(1):
+                    qp.retire()
+        finally:
+            qp.destroy()  # never listed in the ledger's QPs
 
     def live_qp_list(self):
         return [qp for qp in self.all_qps if qp.live]

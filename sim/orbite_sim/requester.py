@@ -58,6 +58,7 @@ class RequesterEngine(Engine):
         self.remote = {}  # qpn -> (the peer's data MR address, its rkey) this QP reaches
         self.sq_depth = EXCEEDED_DEPTH if "exceed_sq_depth" in self.defects else SEND_QUEUE_DEPTH
         self.held = None  # installed-interruption: the batches of the round whose grant is held
+        self.held_grants = set()  # parents the source granted this round and has not taken back
 
     def run(self):
         self.open()
@@ -176,7 +177,7 @@ class RequesterEngine(Engine):
         self.round_no = round_no
         rnd = Round(round_no)
         rnd.started = time.time()
-        rnd.provider_before = self.provider.counters()
+        self.mark_counters(rnd)
         existing = {qp.qpn for qp in self.live_qps.values()}
         rnd.created = self.ensure_qps(round_no)
         placement = self.placement()
@@ -192,10 +193,13 @@ class RequesterEngine(Engine):
         else:
             rnd.seed, rnd.origin = self.local_input(round_no), "local"
             self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=rnd.seed)
-            self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
+            ready = self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
             if "payload_over_rendezvous" in self.defects:
                 self.ship_payload_over_rendezvous(round_no)
 
+        # The grants the source issued for this round (ROUND_READY): held until ROUND_DRAINED takes them back.
+        self.held_grants = {int(p) for p in ready.get("grants", [])}
+        received = sorted(self.held_grants)
         prepared = time.time()
         rnd.native_before = self.native_snapshot()
         parents = [self.parent_entry(p, rail, lane, self.live_qps[(rail, lane)].qpn, self.payload, 0, len(sizes),
@@ -207,7 +211,7 @@ class RequesterEngine(Engine):
 
         failed = [p for p in parents if p["status"] == "Failed"]
         batch["state"] = "Failed" if failed else "Completed"
-        batch["free"] = "Ok"  # no WR is in flight any more, so free() succeeds
+        batch["free"] = self.free_batch(wrs)
         if self.operation == "read":
             expected = RoundInput(rnd.seed, self.parents, self.payload)
             for p in parents:
@@ -215,13 +219,13 @@ class RequesterEngine(Engine):
         if any(p["status"] != "Completed" for p in parents):
             self.rounds_failed_checks = True
         checked = time.time()
-        self.rv.send("ROUND_DONE", round=round_no, released=list(range(self.parents)),
-                     completed={str(p["parent"]): p["completed_bytes"] for p in parents})
-        self.rv.recv(self.timeouts["round_s"], ["ROUND_DRAINED"])
+        returned = sorted(self.held_grants)  # every grant goes back once the batch is freed
+        self.rv.send("ROUND_DONE", round=round_no, released=returned)
+        drained = self.rv.recv(self.timeouts["round_s"], ["ROUND_DRAINED"])
+        self.held_grants -= {int(p) for p in drained.get("released", [])}  # what the source took back
         skew = self.enabled_rails[0] if ("skew_native_counter" in self.defects and round_no == 1) else None
-        debt_wrs = sum(1 for w in wrs if w["completed_seq"] is None)
-        debt_bytes = sum(w["bytes"] for w in wrs if w["completed_seq"] is None)
-        drain = {"drained": debt_wrs == 0, "debt_wrs": debt_wrs, "debt_bytes": debt_bytes, "debt_grants": 0}
+        drain = self.drain_state(wrs, self.live_qps.values(), len(self.held_grants))
+        drain.update(grants_received=received, grants_returned=returned)
         record = self.record_round(rnd, batches=[batch], parents=parents, wrs=wrs, usage=usage, public=public,
                                    drain=drain, progress=progress, skew_rail=skew)
         finished = record["finished_at"]
@@ -341,6 +345,17 @@ class RequesterEngine(Engine):
         recovery.update(batches=batches, errors=errors)
         self.held = None
         return recovery
+
+
+    def free_batch(self, wrs):
+        """The public API's free() of a finished batch: BatchBusy while any of its WRs is in flight (by this
+        engine's records or by the provider's send queues), else the batch's resources are released: Ok."""
+        if any(w["completed_seq"] is None for w in wrs):
+            return "BatchBusy"
+        if any(qp.provider_outstanding() for qp in self.live_qps.values()):
+            return "BatchBusy"
+        self.wr_info = {}
+        return "Ok"
 
     def transfer(self, round_no, parents, sizes, created, existing):
         """Post every slice of every parent, interleaved per QP, and reap all completions."""

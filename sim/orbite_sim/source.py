@@ -104,7 +104,7 @@ class SourceEngine(Engine):
 
     def serve(self):
         rnd = Round(self.round_no + 1)
-        rnd.provider_before = self.provider.counters()
+        self.mark_counters(rnd)
         while True:
             msg = self.rv.recv(self.timeouts["round_s"], ["CONNECT_QPS", "ROUND_BEGIN", "ROUND_DONE", "BYE",
                                                           "RESTART_POINT"])
@@ -118,7 +118,7 @@ class SourceEngine(Engine):
             elif kind == "ROUND_DONE":
                 self.finish_round(msg, rnd)
                 rnd = Round(self.round_no + 1)
-                rnd.provider_before = self.provider.counters()  # before the next ROUND_READY: nothing is lost
+                self.mark_counters(rnd)  # before the next ROUND_READY: nothing is lost
                 self.checkpoint()
             elif kind == "RESTART_POINT":
                 if not self.restart or self.generation >= self.generations or self.round_no != ROUNDS:
@@ -166,7 +166,8 @@ class SourceEngine(Engine):
             rnd.guard_seed = self.poison_destination()
             rnd.seed, rnd.origin = int(msg["input_seed"]), "peer"
         self.grants = {int(p["parent"]) for p in msg["parents"]}
-        self.rv.send("ROUND_READY", round=round_no, input_seed=rnd.seed)
+        rnd.issued = sorted(self.grants)
+        self.rv.send("ROUND_READY", round=round_no, input_seed=rnd.seed, grants=rnd.issued)
         if self.operation == "read" and "payload_over_rendezvous" in self.defects:
             self.ship_payload_over_rendezvous(round_no)
 
@@ -241,31 +242,35 @@ class SourceEngine(Engine):
         expected = content.RoundInput(rnd.seed, self.parents, self.payload) if self.operation == "write" else None
         if expected is not None:
             self.spoil_landed(True, True)  # corrupt_byte / overwrite_guard: every byte has landed here
-        # One-sided operations leave no trace in this engine's verbs calls: a parent's bytes are what
-        # the requester reports in ROUND_DONE; what the provider itself moved is the round's `provider`.
-        reported = {int(k): int(v) for k, v in (msg.get("completed") or {}).items()}
+        # One-sided operations leave no trace in this engine's verbs calls, and the requester's word on
+        # what completed is not this engine's to repeat: a parent's bytes are not known here
+        # (completed_bytes null); what this side's devices served or received, per rail, is the
+        # provider's own per-context count (the round's `device`), and the public counters are that.
         for item in rnd.placement:
             pid, rail, lane = int(item["parent"]), int(item["rail"]), int(item["lane"])
-            entry = self.parent_entry(pid, rail, lane, qp_of.get((rail, lane)), int(item["bytes"]),
-                                      reported.get(pid, 0), 0, "Granted")
+            entry = self.parent_entry(pid, rail, lane, qp_of.get((rail, lane)), int(item["bytes"]), None, 0,
+                                      "Granted")
             if expected is not None and self.check_parent(entry, expected, rnd.guard_seed, "drain", round_no):
                 self.rounds_failed_checks = True
             parents.append(entry)
-        released = {int(p) for p in msg.get("released", [])}
-        if "skip_drain" not in self.defects:  # skip_drain: the round ends with the grants still held
-            self.grants -= released
-            for entry in parents:
-                if entry["status"] == "Granted" and entry["parent"] in released:
-                    entry["status"] = "Released"
+        released = {int(p) for p in msg.get("released", [])} & self.grants
+        if "skip_drain" in self.defects:  # skip_drain: the round ends with the grants still held
+            released = set()
+        self.grants -= released
+        for entry in parents:
+            if entry["status"] == "Granted" and entry["parent"] in released:
+                entry["status"] = "Released"
         debt = len(self.grants)
         public = self.new_public()
-        for entry in parents:
-            # As the requester's: a parent whose transfer completed; the checks are reported apart
-            # (status/byte_check), not folded into the counters.
-            if entry["completed_bytes"] == entry["requested_bytes"]:
-                count_public(public, entry["rail"], entry["completed_bytes"])
-        drain = {"drained": debt == 0, "debt_wrs": 0, "debt_bytes": 0, "debt_grants": debt}
-        self.rv.send("ROUND_DRAINED", round=round_no, drained=drain["drained"], debt_grants=debt)
+        moved = "read_bytes_served" if self.operation == "read" else "write_bytes_landed"
+        device = self.device_counters(rnd.device_before)
+        for rail in self.enabled_rails:
+            count_public(public, rail, device[str(rail)][moved])
+        # This engine posts no WR: its WR debt is what the provider says its QPs still hold.
+        drain = self.drain_state([], self.by_qpn.values(), debt)
+        drain.update(grants_issued=rnd.issued, grants_released=sorted(released))
+        self.rv.send("ROUND_DRAINED", round=round_no, drained=drain["drained"], debt_grants=debt,
+                     released=sorted(released))
         usage = [qp_usage(qp, qp.qpn in rnd.created, qp.qpn not in rnd.created) for qp in self.by_qpn.values()]
         self.record_round(rnd, batches=[], parents=parents, wrs=[], usage=usage, public=public, drain=drain,
                           progress=new_progress(self.events))

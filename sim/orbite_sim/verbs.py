@@ -60,6 +60,8 @@ DATA_ACCESS = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE
 SYSTEM_LIBRARY = "libibverbs.so.1"
 PROVIDER_COUNTERS = ("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed",
                      "wr_completed", "wr_failed")
+# What one context's (one device's, one rail's) QPs moved, as the provider counts it per context.
+DEVICE_COUNTERS = ("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed")
 HELD_KINDS = ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")
 # RC connection attributes: a GRH AV (RoCE), PSNs 0, 7 retries (rnr_retry 7 = forever).
 HOP_LIMIT = 64
@@ -181,6 +183,8 @@ _SIGNATURES = {
     "orbite_ibv_req_notify_cq": (c_int, [vp, c_int]),
     "orbite_provider_held": (ctypes.c_long, [ctypes.c_char_p]),
     "orbite_provider_counter": (ctypes.c_longlong, [ctypes.c_char_p]),
+    "orbite_provider_ctx_counter": (ctypes.c_longlong, [vp, ctypes.c_char_p]),
+    "orbite_provider_qp_outstanding": (ctypes.c_long, [vp]),
 }
 
 
@@ -397,6 +401,12 @@ class Context(_Owner):
             raise VerbsError("ibv_query_gid", _errno(), f"{self.device} port {port} index {index}")
         return bytes(gid.raw)
 
+    def device_counters(self):
+        """What the provider moved through this context's QPs (its own per-device count, not the engine's)."""
+        if not self.live:
+            raise VerbsError("orbite_provider_ctx_counter", 0, f"{self.device}: the context is closed")
+        return {name: self.lib.orbite_provider_ctx_counter(self.ptr, name.encode()) for name in DEVICE_COUNTERS}
+
     def alloc_pd(self):
         return ProtectionDomain(self)
 
@@ -611,6 +621,10 @@ class QueuePair(_Owner):
                      "RTS")
         self.peer_qpn = peer_qpn
 
+    def to_error(self):
+        """Any state -> ERR: a WR posted after it is accepted and flushed at once (docs/provider.md)."""
+        self._modify(QpAttr(qp_state=QPS_ERR), QP_STATE, "ERR")
+
     def post_send(self, wr_id, local_addr, length, lkey, remote_addr, rkey):
         """Post one signaled RDMA READ/WRITE of ``length`` bytes; VerbsError with the provider's errno."""
         wr, sge = self._wr, self._sge
@@ -642,6 +656,10 @@ class QueuePair(_Owner):
 
     def retire(self):
         self.outstanding -= 1
+
+    def provider_outstanding(self):
+        """Send-queue slots the provider says this QP still holds (posted, completion not polled)."""
+        return self.context.lib.orbite_provider_qp_outstanding(self.ptr) if self.live else 0
 
     def destroy(self):
         if self.live:

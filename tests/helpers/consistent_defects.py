@@ -14,6 +14,7 @@ Used by tests/unit/plugins/module_utils/_verify/test_consistent_defects.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -109,17 +110,25 @@ def recount_requester(ledger):
     retotal(ledger)
 
 
+def source_moved(source):
+    """The device counter the source's public bytes are (served for READ, landed for WRITE)."""
+    return "read_bytes_served" if source["operation"] == "read" else "write_bytes_landed"
+
+
 def recount_source(source):
-    """The source's public bytes (served or received for completed parents) from its parents. Its
-    verbs layer sees no one-sided operation: its native counters stay as written."""
-    rails = _rail_keys(source)
+    """The source's public bytes (what its devices served or received, per rail) from its device
+    counters, and its provider totals from the per-rail ones. Its verbs layer sees no one-sided
+    operation: its native counters stay as written."""
+    rails, moved = _rail_keys(source), source_moved(source)
     for rnd in source["rounds"]:
+        device = rnd["device"]
         public = {"bytes": 0, "per_rail": dict.fromkeys(rails, 0)}
-        for parent in rnd["parents"]:
-            public["bytes"] += parent["completed_bytes"]
-            key = str(parent["rail"])
-            public["per_rail"][key] = public["per_rail"].get(key, 0) + parent["completed_bytes"]
+        for key in rails:
+            public["bytes"] += device[key][moved]
+            public["per_rail"][key] = device[key][moved]
         rnd["counters"]["public"] = public
+        for name in ("read_bytes_landed", "read_bytes_served", "write_bytes_sent", "write_bytes_landed"):
+            rnd["provider"][name] = sum(figures[name] for figures in device.values())
     retotal(source)
 
 
@@ -135,6 +144,7 @@ def retotal(ledger):
         qps_created=len(ledger["qps"]),
         persistent_mrs=sum(1 for c in ledger["contexts"] for mr in c["mrs"] if mr.get("registered_round") == 0),
     )
+    totals["provider"] = {name: sum(r["provider"][name] for r in rounds) for name in totals["provider"]}
     if isinstance(ledger.get("teardown"), dict):
         ledger["teardown"]["qps_destroyed"] = len(ledger["qps"])
 
@@ -486,31 +496,67 @@ def regions_without_guards_between(f):
     _relayout(f, lambda p: p * payload + 4096)
 
 
-def source_served_less(f):
-    """The source served one byte less of parent 5 in round 2: its own counters, per rail and in
-    all, and its totals agree (the requester's receipts are unchanged)."""
-    rnd = _round(f.source, 2)
-    parent = next(p for p in rnd["parents"] if p["parent"] == 5)
-    parent["completed_bytes"] -= 1
-    rail = str(parent["rail"])
-    for counters in (rnd["counters"]["public"],):
-        counters["bytes"] -= 1
-        counters["per_rail"][rail] -= 1
-    rnd["counters"]["native"]["bytes"] -= 1
-    rnd["counters"]["native"]["per_rail"][rail]["bytes"] -= 1
-    retotal(f.source)
+def _shift_device(ledger, number, moved, delta):
+    """Move ``delta`` bytes of the round's device counter ``moved`` from rail 1 to rail 0."""
+    device = _round(ledger, number)["device"]
+    device["0"][moved] += delta
+    device["1"][moved] -= delta
+
+
+def source_served_from_the_other_rail(f):
+    """In round 2 the source's rail-0 device served one rail-1 parent's bytes (its own provider
+    counted them there); the source's public counters and totals follow its devices. The requester
+    landed them on rail 1 by its own receipts, and the relayed figure (the requester's word that
+    each parent completed) still agrees with it."""
+    _shift_device(f.source, 2, "read_bytes_served", f.source["workload"]["payload"])
+    recount_source(f.source)
 
 
 def source_received_shifted(f):
-    """The source received 1000 B less of parent 2 (rail 0) and 1000 B more of parent 3 (rail 1)
-    in round 1: its per-parent and per-rail figures agree, its totals are unchanged."""
-    rnd = _round(f.source, 1)
-    by_parent = {p["parent"]: p for p in rnd["parents"]}
-    for number, delta in ((2, -1000), (3, 1000)):
-        parent = by_parent[number]
-        parent["completed_bytes"] += delta
-        rnd["counters"]["public"]["per_rail"][str(parent["rail"])] += delta
-    retotal(f.source)
+    """In round 1 the source's rail-1 device received 1000 B more and its rail-0 device 1000 B less
+    than the placement gives (a WRITE landed across the rails); its public counters and totals
+    follow its devices, the requester's receipts are unchanged."""
+    _shift_device(f.source, 1, "write_bytes_landed", -1000)
+    recount_source(f.source)
+
+
+def grant_never_returned(f):
+    """The requester never handed back parent 3's grant in round 2 and the source never took it back
+    (parent 3 stays Granted there); both peers still say drained with no grant debt."""
+    for role, fields in (("requester", ("grants_returned",)), ("source", ("grants_released",))):
+        drain = _round(f.ledgers[role], 2)["drain"]
+        for field in fields:
+            drain[field] = [p for p in drain[field] if p != 3]
+    for parent in _round(f.source, 2)["parents"]:
+        if parent["parent"] == 3:
+            parent["status"] = "Granted"
+
+
+def batch_never_freed(f):
+    """The requester's free() of round 3's batch answered BatchBusy (a WR it lost track of), and it
+    went on: its drain and every counter still say all is done."""
+    _round(f.requester, 3)["batches"][0]["free"] = "BatchBusy"
+
+
+def guard_seed_reused(f):
+    """The destination writes round 1's guards again in rounds 2 and 3 (one guard seed for the
+    case: a region left from round 1 would pass its guard check); every guard check and digest it
+    records is that of the bytes it wrote."""
+    import sys
+
+    from helpers.paths import REPO
+
+    sys.path.insert(0, str(REPO / "sim"))
+    from orbite_sim import content as sim_content  # the guard windows as the runner writes them
+
+    destination = f.requester if f.requester["operation"] == "read" else f.source
+    seed = _round(destination, 1)["guard_seed"]
+    for rnd in destination["rounds"]:
+        rnd["guard_seed"] = seed
+        for parent in rnd["parents"]:
+            lead, trail = sim_content.guard_bytes(seed, parent["parent"])
+            parent["guard_check"].update(leading_sha256=hashlib.sha256(lead).hexdigest(),
+                                         trailing_sha256=hashlib.sha256(trail).hexdigest())
 
 
 def writes_on_a_read(f):
@@ -677,8 +723,12 @@ DEFECTS = {
     "wr_on_the_other_rail": Defect("ra", "counters.placement", SELF, wr_on_the_other_rail),
     "parents_swap_rails": Defect("ih", "counters.placement", SELF, parents_swap_rails),
     "public_and_native_shifted": Defect("ih", "counters.placement", SELF, public_and_native_shifted),
-    "source_served_less": Defect("ra", "counters.source", UNREAD, source_served_less),
+    "source_served_from_the_other_rail": Defect("ra", "counters.source", UNREAD, source_served_from_the_other_rail),
     "source_received_shifted": Defect("ih", "counters.source", UNREAD, source_received_shifted),
+    "grant_never_returned": Defect("ih", "ledger.drain", SELF, grant_never_returned),
+    "batch_never_freed": Defect("ra", "ledger.drain", UNREAD, batch_never_freed),
+    "guard_seed_reused_read": Defect("ra", "ledger.guard_content", UNREAD, guard_seed_reused),
+    "guard_seed_reused_write": Defect("ih", "ledger.guard_content", UNREAD, guard_seed_reused),
     "writes_on_a_read": Defect("ra", "counters.opcodes", UNREAD, writes_on_a_read),
     "gid_not_the_inventorys": Defect("rad", "discovery.gids", UNREAD, gid_not_the_inventorys),
     "gid_type_v1": Defect("rad", "discovery.gids", UNREAD, gid_type_v1),
@@ -713,10 +763,20 @@ def naive_disagreements(files):
                 if native["bytes"] != public["bytes"] or {k: v["bytes"] for k, v in native["per_rail"].items()} != \
                         public["per_rail"]:
                     found.append(f"{role} round {rnd['round']}: native vs public bytes")
-            public_of_parents = sum(p["completed_bytes"] for p in rnd["parents"]
-                                    if p["status"] in ("Completed", "Released", "Granted"))
-            if public["bytes"] != public_of_parents or sum(public["per_rail"].values()) != public["bytes"]:
-                found.append(f"{role} round {rnd['round']}: public bytes vs the parents")
+            if role == "requester":
+                public_of = sum(p["completed_bytes"] for p in rnd["parents"] if p["status"] == "Completed")
+            else:  # the source's public bytes are what its devices moved
+                public_of = sum(figures[source_moved(ledger)] for figures in rnd["device"].values())
+                if any(rnd["provider"][k] != sum(d[k] for d in rnd["device"].values()) for k in rnd["device"]["0"]):
+                    found.append(f"{role} round {rnd['round']}: provider totals vs the device counters")
+            if public["bytes"] != public_of or sum(public["per_rail"].values()) != public["bytes"]:
+                found.append(f"{role} round {rnd['round']}: public bytes vs the parents (source: its devices)")
+            drain = rnd["drain"]
+            granted = drain.get("grants_returned", drain.get("grants_released"))
+            held = {p["parent"] for p in rnd["parents"]} - set(granted) if role == "source" else set()
+            if drain["debt_grants"] != 0 or any(p["status"] == "Released" for p in rnd["parents"]
+                                                if p["parent"] in held):
+                found.append(f"{role} round {rnd['round']}: grant debt vs its own lists")
             created = len(live) if rnd["round"] == 1 else 0
             if rnd["qps_created"] != created or (rnd["round"] > 1 and rnd["qps_reused"] != len(live)):
                 found.append(f"{role} round {rnd['round']}: QP counts vs the QP list")
@@ -725,7 +785,8 @@ def naive_disagreements(files):
                 "cqes": sum(r["counters"]["native"]["cqes"] for r in rounds),
                 "public_bytes": sum(r["counters"]["public"]["bytes"] for r in rounds),
                 "native_bytes": sum(r["counters"]["native"]["bytes"] for r in rounds),
-                "qps_created": len(ledger["qps"])}
+                "qps_created": len(ledger["qps"]),
+                "provider": {k: sum(r["provider"][k] for r in rounds) for k in ledger["totals"]["provider"]}}
         found += [f"{role}: totals.{k}" for k, v in sums.items() if totals.get(k) != v]
     lines = files.accounting
     if lines is not None:

@@ -45,6 +45,7 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
         start_supervisor,
     )
     from ansible_collections.orbite.qualification.plugins.module_utils._run import relay as relay_ctl
+    from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 
     run_dir = Path(run_dir)
     run_id = run_dir.name
@@ -52,6 +53,8 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
     case_dir = run_dir / "cases" / case_id
     registrations = {role: f"{run_id}-{case_id}-{role}" for role in ("source", "requester")}
     app, app_sha = sim_pair.runner_zipapp()
+    plan_artifacts = sim_pair.artifacts()
+    observers = model.derive_workload(profile)["observers"]  # installed-restart: accounting in the survivor
     fault = profile["fault_role"]
     generations = profile["generations"]
     clients, current, service = {}, {}, None
@@ -70,15 +73,21 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
         out.mkdir(parents=True, exist_ok=True)
         extra = {"service_address": service or f"{own_ip}:0"} if role == "source" else {
             "peer_address": peer.get("address", service), "peer_registration_id": registrations["source"]}
+        tools = [o["tool"] for o in observers if o["role"] == role]
         if interruption:
             extra["timeouts"] = {"grant_s": GRANT_S}
         case = sim_pair.sim_harness.base_case(profile, role, roots[role], defects, run_id=run_id,
-                                              registration_id=registrations[role], generation=generation, **extra)
+                                              registration_id=registrations[role], generation=generation,
+                                              observers=tools, **extra)
         (out / "case.json").write_text(json.dumps(case))
         argv = [sys.executable, str(app), "--case", str(out / "case.json"), "--output", str(out)]
-        child = clients[role].launch(argv, env={"PATH": "/usr/bin:/bin"}, cwd=str(out),
+        env = {"PATH": "/usr/bin:/bin"}
+        if tools:  # the real observers of the profile model, preloaded by hash by the supervisor
+            env["ORBITE_OBSERVER_LOG"] = str(out / f"observer-{tools[0]}.jsonl")
+        child = clients[role].launch(argv, env=env, cwd=str(out),
                                      stdout_path=str(out / "runner.stdout"), stderr_path=str(out / "runner.stderr"),
-                                     argv_pins={1: app_sha, 3: None}, record_json=[3])
+                                     argv_pins={1: app_sha, 3: None}, record_json=[3],
+                                     ld_preload=[plan_artifacts["observers"][tool] for tool in tools])
         child["out"] = str(out)
         current[role] = child
         if role == "source":

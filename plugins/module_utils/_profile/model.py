@@ -88,6 +88,8 @@ _OBSERVERS = {
     "installed-cleanup-failure": ("uverbs_fault", "requester"),
     "installed-inflight-dma": ("accounting", "requester"),
     "installed-memory-cleanup": ("uverbs_fault", "fault_role"),
+    # The survivor's log witnesses its stale-epoch attempts (docs/restart.md): one process, one log.
+    "installed-restart": ("accounting", "survivor"),
 }
 
 # Typed errors (docs/receipts.md 1.7) a mode provokes on purpose in the ledgers' `errors` (top
@@ -809,7 +811,10 @@ def derive_workload(profile: dict) -> dict:
     observers = []
     if profile["mode"] in _OBSERVERS:
         tool, role = _OBSERVERS[profile["mode"]]
-        observers.append({"tool": tool, "role": profile["fault_role"] if role == "fault_role" else role})
+        if role in ("fault_role", "survivor"):
+            fault = profile["fault_role"]
+            role = fault if role == "fault_role" else ("requester" if fault == "source" else "source")
+        observers.append({"tool": tool, "role": role})
 
     workload = {
         "protocol": PROTOCOL,

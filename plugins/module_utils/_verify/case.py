@@ -72,6 +72,13 @@ class CaseReceipts:
         }
 
 
+def _survivor(profile):
+    """installed-restart: the role that is one process through every generation (rules/_lifecycle.py)."""
+    if profile.get("mode") != "installed-restart":
+        return None
+    return "requester" if profile["fault_role"] == "source" else "source"
+
+
 def case_receipts(case_dir, case_id, profile, workload, root=None):
     """Load every receipt the case's profile implies; ``root`` (the run directory) bounds every path."""
     root = root if root is not None else case_dir
@@ -82,6 +89,8 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
             case.ledgers[(role, generation)] = load_ledger(f"{case_dir}/{role}/g{generation}/ledger.json", root,
                                                            budget)
         for observer in workload["observers"]:
+            if generation > 1 and _survivor(profile) == observer["role"]:
+                continue  # one log per process: the restart survivor's is in the directory it started with (g1)
             key = (observer["role"], generation, observer["tool"])
             path = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}.jsonl"
             case.observer_logs[key] = load_observer_log(path, root, budget)

@@ -4,8 +4,8 @@
 
 The verifier shares no code with any runner: this is an implementation of its own of the document's
 formula (tests/unit/plugins/module_utils/_verify/test_content.py holds it to the document's worked
-example). Only what the digest rule needs: the arena layout and the expected SHA-256 of any range of
-a parent's payload.
+example). Only what the digest rules need: the arena layout, the expected SHA-256 of any range of
+a parent's payload, and the expected SHA-256 of a parent's guard windows for a guard seed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 GUARD_BYTES = 4096  # G: guard before and after every parent's payload
 PARENT_SHIFT = 8  # offset between two parents' windows of the round stream
 _DOMAIN = b"orbite-sim-input"
+_GUARD_DOMAIN = b"orbite-sim-guard"
 
 
 def region_stride(payload):
@@ -50,3 +51,13 @@ class RoundContent:
         """SHA-256 of parent's payload bytes [start, start + length)."""
         base = PARENT_SHIFT * parent + start
         return hashlib.sha256(self._stream[base:base + length]).digest()
+
+
+def guard_digests(guard_seed, parent):
+    """(SHA-256 of leading(g, p), SHA-256 of trailing(g, p)): B(g, p) = SHAKE128("orbite-sim-guard" ||
+    u64le(g) || u32le(p), 2G), the leading guard its first G bytes, the trailing one the next G."""
+    if isinstance(guard_seed, bool) or not isinstance(guard_seed, int) or not 0 <= guard_seed < 1 << 64:
+        raise ValueError(f"guard_seed={guard_seed!r}: not a 64-bit unsigned integer")
+    both = hashlib.shake_128(_GUARD_DOMAIN + guard_seed.to_bytes(8, "little") + parent.to_bytes(4, "little")).digest(
+        2 * GUARD_BYTES)
+    return hashlib.sha256(both[:GUARD_BYTES]).digest(), hashlib.sha256(both[GUARD_BYTES:]).digest()

@@ -378,6 +378,10 @@ def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_p
     # both providers counted the same bytes, and exactly the ones the engine asked for
     assert counters["client_read_landed"] == counters["server_read_served"] == counters["expect_read"]
     assert counters["client_write_sent"] == counters["server_write_landed"] == counters["expect_write"]
+    # per context (one device each): the endpoints' contexts moved it all, the other device's nothing
+    assert counters["client_ctx_read_landed"] == counters["server_ctx_read_served"] == counters["expect_read"]
+    assert counters["client_ctx_write_sent"] == counters["server_ctx_write_landed"] == counters["expect_write"]
+    assert (counters["server_other_ctx"], counters["unknown_name"]) == (0, -1)
 
 
 ACCESS_CASES = ("bad_rkey", "out_of_bounds", "mr_no_remote_read", "mr_no_remote_write", "qp_no_remote_write")

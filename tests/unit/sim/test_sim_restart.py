@@ -105,6 +105,9 @@ def test_the_receipts_show_the_restart_the_seed_describes(healthy):
 _DEFECT_CASES = [
     pytest.param("stale_epoch_accepted", "source", "restart.stale_refused", id="stale_epoch_accepted"),
     pytest.param("stale_epoch_qp", "requester", "restart.stale_no_effect", id="stale_epoch_qp"),
+    # the survivor's accounting observer sees the WR its ledger does not record (survivor: requester, then source)
+    pytest.param("stale_epoch_wr", "source", "restart.stale_no_effect", id="stale_epoch_wr_requester_survivor"),
+    pytest.param("stale_epoch_wr", "requester", "restart.stale_no_effect", id="stale_epoch_wr_source_survivor"),
     pytest.param("survivor_reregisters", "source", "restart.survivor", id="survivor_reregisters"),
     pytest.param("reuse_epoch", "requester", "identity.epochs", id="reuse_epoch"),
     pytest.param("drop_cached_qps", "source", "restart.restart_point", id="drop_cached_qps"),

@@ -17,6 +17,9 @@ from helpers.paths import FIXTURES
 sys.path.insert(0, str(FIXTURES / "sim"))
 import sim_harness as H
 
+sys.path.insert(0, str(H.REPO / "sim"))
+from orbite_sim import content as sim_content
+
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model as profile_model
 
 LEDGER = H.validator("runner-ledger")
@@ -101,10 +104,21 @@ def assert_healthy(result, prof):
             assert counters["native"]["per_rail"][str(rail)]["bytes"] == per["bytes"]
             assert counters["native"]["per_rail"][str(rail)]["wrs"] == per["wrs"]
         # The source posts nothing and polls nothing (one-sided operations): its native counters are 0;
-        # its public bytes are the parents the requester reported complete.
+        # its public bytes are what its own devices served/received (the provider's per-context counters),
+        # and it holds no per-parent figure (the requester's word is not relayed).
         assert sr["counters"]["native"] == {"bytes": 0, "wrs": 0, "cqes": 0,
                                             "per_rail": {str(r): {"bytes": 0, "wrs": 0, "cqes": 0} for r in rails}}
         assert sr["counters"]["public"]["bytes"] == bytes_per_round
+        assert all(p["completed_bytes"] is None for p in sr["parents"])
+        mine, theirs = PROVIDER_BYTES[prof["operation"]]
+        for ledger, counter in ((rr, mine), (sr, theirs)):
+            assert sorted(ledger["device"]) == ["0", "1"]
+            assert {rail: figures[counter] for rail, figures in ledger["device"].items()} == {
+                str(r): workload["per_rail"][str(r)]["bytes"] if str(r) in workload["per_rail"] else 0
+                for r in (0, 1)}
+            assert all(v == 0 for figures in ledger["device"].values() for k, v in figures.items() if k != counter)
+        assert sr["counters"]["public"]["per_rail"] == {
+            str(r): sr["device"][str(r)][theirs] for r in rails}
         assert rr["counters"]["native"]["wrs"] == rr["counters"]["native"]["cqes"] == wrs_per_round
         # QPs created once, reused afterwards.
         first = rr["round"] == 1
@@ -114,12 +128,20 @@ def assert_healthy(result, prof):
         for usage in rr["qp_usage"]:
             assert 1 <= usage["max_inflight_wrs"] <= profile_model.SEND_QUEUE_DEPTH
         # Drain and batches.
-        assert sr["drain"] == rr["drain"] == {"drained": True, "debt_wrs": 0, "debt_bytes": 0, "debt_grants": 0}
+        every = list(range(prof["parents"]))
+        zero = {"drained": True, "debt_wrs": 0, "debt_bytes": 0, "debt_grants": 0, "provider_outstanding_wrs": 0}
+        assert sr["drain"] == dict(zero, grants_issued=every, grants_released=every)
+        assert rr["drain"] == dict(zero, grants_received=every, grants_returned=every)
+        # The destination records its guard seed, and the digest of every guard window it wrote.
+        assert checker["guard_seed"] is not None and (rr if checker is sr else sr)["guard_seed"] is None
+        for p in checker["parents"]:
+            lead, trail = sim_content.guard_bytes(checker["guard_seed"], p["parent"])
+            assert (p["guard_check"]["leading_sha256"], p["guard_check"]["trailing_sha256"]) == (
+                hashlib.sha256(lead).hexdigest(), hashlib.sha256(trail).hexdigest())
         assert rr["batches"][0]["state"] == "Completed" and rr["batches"][0]["free"] == "Ok"
         assert all(p["status"] == "Released" for p in sr["parents"])
         # The provider moved the payload (its own counters, both sides); rendezvous stays small and both
         # sides count the same bytes.
-        mine, theirs = PROVIDER_BYTES[prof["operation"]]
         assert rr["provider"] == dict(ZERO_PROVIDER, **{mine: bytes_per_round, "wr_completed": wrs_per_round})
         assert sr["provider"] == dict(ZERO_PROVIDER, **{theirs: bytes_per_round})
         assert rr["rendezvous"]["bytes_sent"] + rr["rendezvous"]["bytes_received"] < 64 * 1024

@@ -2,6 +2,7 @@
 
 import copy
 import ctypes
+import hashlib
 import json
 import shutil
 import subprocess
@@ -65,9 +66,11 @@ def test_filled_regions_pass_and_poisoned_ones_fail():
     assert not byte_check["ok"] and byte_check["first_mismatch"] == 0 and guard_check["ok"]
     content.fill_input(arena, parents, payload, 7)
     for p in range(parents):
+        lead, trail = (hashlib.sha256(w).hexdigest() for w in content.guard_bytes(9, p))
         assert content.check_region(arena, p, expected, 9) == (
             {"checked_bytes": payload, "mismatched_bytes": 0, "first_mismatch": None, "ok": True},
-            {"guard_bytes": content.GUARD_BYTES, "leading_changed": 0, "trailing_changed": 0, "ok": True})
+            {"guard_bytes": content.GUARD_BYTES, "leading_changed": 0, "trailing_changed": 0,
+             "leading_sha256": lead, "trailing_sha256": trail, "ok": True})
 
 
 def test_one_flipped_byte_and_one_guard_byte_are_counted_exactly():
@@ -81,6 +84,10 @@ def test_one_flipped_byte_and_one_guard_byte_are_counted_exactly():
     byte_check, guard_check = content.check_region(arena, 1, content.RoundInput(7, 2, payload), 9)
     assert byte_check["mismatched_bytes"] == 1 and byte_check["first_mismatch"] == 12345
     assert guard_check["leading_changed"] == 1 and guard_check["trailing_changed"] == 1 and not guard_check["ok"]
+    # the recorded digests are of the windows as they are, not of what was written
+    stride = content.stride(payload)
+    assert guard_check["leading_sha256"] == hashlib.sha256(arena[stride : stride + content.GUARD_BYTES]).hexdigest()
+    assert guard_check["leading_sha256"] != hashlib.sha256(content.guard_bytes(9, 1)[0]).hexdigest()
 
 
 def test_input_differs_between_seeds_parents_and_offsets():

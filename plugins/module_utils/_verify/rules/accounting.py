@@ -28,9 +28,10 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
 _OBS = ("ledgers", "observers")
 
 
-@applies("modes loading the accounting observer")
-def has_accounting(_profile, workload):
-    return any(o["tool"] == "accounting" for o in workload["observers"])
+@applies("modes loading the accounting observer for their rounds (installed-restart's watches the survivor's "
+         "stale attempts: restart.stale_no_effect)")
+def has_accounting(profile, workload):
+    return profile.get("mode") != "installed-restart" and any(o["tool"] == "accounting" for o in workload["observers"])
 
 
 @applies("installed-rail-accounting")

@@ -248,37 +248,64 @@ def check_opcodes(case):
     return problems
 
 
+# What a role's own device counts for the profile's operation (the provider's per-context counters,
+# the round's ``device``; docs/receipts.md section 1.6).
+DEVICE_BYTES = {
+    ("requester", "read"): "read_bytes_landed",
+    ("source", "read"): "read_bytes_served",
+    ("requester", "write"): "write_bytes_sent",
+    ("source", "write"): "write_bytes_landed",
+}
+
+
+def device_bytes(rnd, role, operation):
+    """{rail int: bytes} the role's own devices moved in the round, or a text saying why it cannot be read."""
+    device, counter = rnd.get("device"), DEVICE_BYTES[(role, operation)]
+    if not isinstance(device, dict):
+        return f"`device` is {device!r}, expected an object of the provider's counters per rail"
+    out = {}
+    for key, figures in device.items():
+        value = figures.get(counter) if isinstance(figures, dict) else None
+        if not str(key).isdigit() or isinstance(value, bool) or not isinstance(value, int):
+            return f"`device.{key}.{counter}` is {value!r}, expected a byte count under a rail key"
+        out[int(key)] = value
+    return out
+
+
 @rule("counters.source", "counters",
-      "the source served (read) or received (write) per round, per rail and per parent what the requester "
-      "completed: the derived bytes",
+      "the source's own devices served (read) or received (write) per round and per rail the derived bytes, as the "
+      "requester completed them, and its public counters say so",
       witness=("profile", "peer"),
       after=("ledger.rounds", "ledger.parents", "counters.slicing", "counters.bytes", "counters.rails",
              "counters.placement"))
 def check_source_counters(case):
-    """The source's own account of the bytes it served or received for completed parents (its
-    public counters, in all and per rail, and each parent's completed bytes) equals the requester's,
-    which the rules above hold to the derived workload: both are held to it here. (The source's
-    verbs layer sees no one-sided operation; the provider's own counters are rendezvous.no_payload's.)"""
+    """The source's figures are its own: what the verbs provider moved through each of its rail's contexts
+    (the round's ``device``, counted by the provider per device, never learnt from a message), which
+    must be the derived bytes per rail (none on a disabled rail); the requester's per-rail figures (its
+    public counters and its own devices') must be the same, and the source's public counters must
+    say what its devices moved. A source's ledger holds no per-parent byte figure (a one-sided
+    operation leaves none there): the requester's word relayed would prove nothing."""
     problems = []
-    payload, expected = case.profile["payload"], case.workload["bytes_per_round"]
+    operation = case.profile["operation"]
     per_rail = {int(r): figures["bytes"] for r, figures in case.workload["per_rail"].items()}
     for role, generation, rnd, where in rounds(case, ("source",)):
         label = f"g{generation} round {rnd['round']}"
-        public = rnd["counters"]["public"]
-        got = (public["bytes"], _per_rail(public["per_rail"]))
-        if got != (expected, per_rail):
-            problems.append((f"source {label}: served/received {got[0]} B, per rail {got[1]}; the derived figures "
-                             f"(and the requester's) are {expected} B, per rail {per_rail}", f"{where}.counters",
-                             {"expected": {"bytes": expected, "per_rail": per_rail},
-                              "observed": {"bytes": got[0], "per_rail": got[1]}}))
-        peer = _peer_round(case, role, generation, rnd["round"]) or {"parents": []}
-        requester = {p["parent"]: p["completed_bytes"] for p in peer["parents"]}
-        source = {p["parent"]: p["completed_bytes"] for p in rnd["parents"]}
-        differ = sorted(p for p in set(source) | set(requester)
-                        if source.get(p) != payload or requester.get(p, payload) != source.get(p))
-        if differ or len(source) != case.profile["parents"]:
-            first = differ[0] if differ else None
-            problems.append((f"source {label}: parents {differ[:MAX_PROBLEMS_SHOWN]} served/received "
-                             f"{source.get(first)!r} B where the requester completed {requester.get(first)!r} B "
-                             f"of {payload} ({len(source)} parents listed)", f"{where}.parents"))
+        served = device_bytes(rnd, role, operation)
+        if isinstance(served, str):
+            problems.append((f"source {label}: {served}", f"{where}.device"))
+            continue
+        moved = {rail: nbytes for rail, nbytes in served.items() if nbytes or rail in per_rail}
+        peer = _peer_round(case, role, generation, rnd["round"])
+        figures = {"the source's devices": moved, "the source's public counters": _per_rail(
+            rnd["counters"]["public"]["per_rail"])}
+        if peer is not None:
+            figures["the requester's public counters"] = _per_rail(peer["counters"]["public"]["per_rail"])
+            mine = device_bytes(peer, "requester", operation)
+            figures["the requester's devices"] = mine if isinstance(mine, str) else {
+                rail: nbytes for rail, nbytes in mine.items() if nbytes or rail in per_rail}
+        wrong = {k: v for k, v in figures.items() if v != per_rail}
+        if wrong:
+            problems.append((f"source {label}: bytes per rail {wrong}; the placement gives {per_rail} "
+                             f"({DEVICE_BYTES[(role, operation)]} per rail of the source)", f"{where}.device",
+                             {"expected": per_rail, "observed": wrong}))
     return problems

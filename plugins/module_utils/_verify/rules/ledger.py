@@ -7,7 +7,14 @@ from __future__ import annotations
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import each_ledger, rounds
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import content
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
+    MAX_PROBLEMS_SHOWN as MAX_SHOWN,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
+    each_ledger,
+    rounds,
+)
 
 
 def _recorded_check_failures(ledger):
@@ -161,6 +168,45 @@ def check_guards(case):
     return problems
 
 
+@rule("ledger.guard_content", "ledger",
+      "every destination guard window holds, after its round, the bytes of the round's guard seed (SHA-256 recomputed "
+      "by the verifier, docs/content.md), a fresh guard seed every round; READ and WRITE alike",
+      witness=("runner", "profile"), after=("ledger.guards",))
+def check_guard_content(case):
+    """The destination records each round's guard seed and the SHA-256 of every guard window as it is after
+    the round; the verifier recomputes the windows the seed gives with its own code. This turns the
+    runner's "unchanged" into bytes a verifier can check (a flag can say anything, the digest of the
+    wrong bytes cannot pass), for WRITE as for READ. It is still the destination's own reading of its
+    buffer: READ guards are also witnessed in flight by the requester's observer (digests.guards); for
+    WRITE no observer can be (docs/observers.md, "Digests"), and what bounds the responder's writes is the
+    source's device count (counters.source) with every WRITE at its slice's offset (counters.slicing)."""
+    problems = []
+    seen = {}
+    for _role, generation, rnd, where in rounds(case, (case.destination_role(),)):
+        label = f"g{generation} round {rnd['round']}"
+        seed = rnd.get("guard_seed")
+        try:
+            windows = {p: content.guard_digests(seed, p) for p in range(case.profile["parents"])}
+        except ValueError as exc:
+            problems.append((f"{label}: the destination's {exc} (docs/content.md)", f"{where}.guard_seed"))
+            continue
+        if seed in seen:
+            problems.append((f"{label}: guard seed {seed} already used in {seen[seed]}: guards are not fresh",
+                             f"{where}.guard_seed"))
+        seen.setdefault(seed, label)
+        wrong = []
+        for parent in rnd["parents"]:
+            check = parent.get("guard_check") if isinstance(parent.get("guard_check"), dict) else {}
+            want = windows.get(parent["parent"])
+            got = tuple(check.get(k) for k in ("leading_sha256", "trailing_sha256"))
+            if want is None or got != tuple(w.hex() for w in want):
+                wrong.append(parent["parent"])
+        if wrong:
+            problems.append((f"{label}: guard windows of parents {wrong[:MAX_SHOWN]} are not those of guard seed "
+                             f"{seed} (leading/trailing SHA-256 recorded after the round)", f"{where}.parents"))
+    return problems
+
+
 @rule("ledger.parents", "ledger",
       "every parent completed with all its bytes",
       witness=("profile",), after=("ledger.bytes", "ledger.guards"))
@@ -185,19 +231,65 @@ def check_parents_completed(case):
     return problems
 
 
-@rule("ledger.drain", "ledger", "both peers drained to zero debt after every round", witness=("runner",))
+_GRANT_LISTS = {"source": ("grants_issued", "grants_released"), "requester": ("grants_received", "grants_returned")}
+
+
+def _grant_lists(drain, role):
+    """{field: sorted ints} of a drain record's grant lists, or a text naming the field that is not one."""
+    out = {}
+    for field in _GRANT_LISTS[role]:
+        value = drain.get(field)
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            return f"drain.{field} is {value!r}, expected a list of parent numbers"
+        out[field] = sorted(value)
+    return out
+
+
+@rule("ledger.drain", "ledger",
+      "both peers drained to zero debt after every round: no WR outstanding (also in the verbs provider's send "
+      "queues), the requester's batch of all parents freed Ok, and every grant the source issued (the profile's "
+      "parents) handed back by the requester and taken back by the source, by both peers' own lists",
+      witness=("runner", "peer", "profile"))
 def check_drained(case):
+    """Each peer's drain record says drained with no debt, and the provider's count of send-queue slots
+    still held is 0 (the runner's word, and its provider's). The grant debt has a second witness: the
+    verifier recomputes it from both peers' lists, the grants the source issued against those the
+    requester handed back and those the source took back, each of which must be the profile's parents,
+    so one peer's "debt 0" never stands alone."""
     problems = []
+    parents = list(range(case.profile["parents"]))
+    lists = {}
     for role, generation, rnd, where in rounds(case):
         drain = rnd["drain"]
         debt = (drain["debt_wrs"], drain["debt_bytes"], drain["debt_grants"])
-        if not drain["drained"] or debt != (0, 0, 0):
-            problems.append(
-                (
-                    f"{role} g{generation} round {rnd['round']}: not drained (debt WRs/bytes/grants {debt})",
-                    f"{where}.drain",
-                )
-            )
+        slots = drain.get("provider_outstanding_wrs")
+        if not drain["drained"] or debt != (0, 0, 0) or slots != 0:
+            problems.append((f"{role} g{generation} round {rnd['round']}: not drained (debt WRs/bytes/grants {debt}, "
+                             f"send-queue slots the provider still holds {slots!r})", f"{where}.drain"))
+        if role == "requester":
+            batches = [(b.get("parents"), b.get("state"), b.get("free")) if isinstance(b, dict) else b
+                       for b in rnd["batches"]]
+            if batches != [(parents, "Completed", "Ok")]:
+                problems.append((f"requester g{generation} round {rnd['round']}: batches (parents, state, free) "
+                                 f"{batches[:MAX_SHOWN]}, expected one of all {len(parents)} parents, Completed, "
+                                 "freed Ok", f"{where}.batches"))
+        found = _grant_lists(drain, role)
+        if isinstance(found, str):
+            problems.append((f"{role} g{generation} round {rnd['round']}: {found}", f"{where}.drain"))
+            continue
+        lists[(generation, rnd["round"])] = dict(lists.get((generation, rnd["round"]), {}), **found,
+                                                 where=f"{where}.drain")
+    for (generation, number), found in sorted(lists.items()):
+        if not all(field in found for fields in _GRANT_LISTS.values() for field in fields):
+            continue  # a round one peer does not have: ledger.rounds'
+        issued = set(found["grants_issued"])
+        held = issued - set(found["grants_returned"]) | issued - set(found["grants_released"])
+        wrong = {k: v for k, v in found.items() if k != "where" and v != parents}
+        if held or wrong:
+            problems.append((f"g{generation} round {number}: grants still held {sorted(held)[:MAX_SHOWN]} (issued by "
+                             f"the source and not handed back or not taken back); lists that are not the profile's "
+                             f"{len(parents)} parents: { {k: v[:MAX_SHOWN] for k, v in wrong.items()} }",
+                             found["where"]))
     return problems
 
 

@@ -232,11 +232,33 @@ def check_stale_refused(case):
     return problems
 
 
+def _stray_wrs(case, survivor):
+    """What the survivor's accounting observer saw posted outside every round of every generation: the
+    WRs (qpn, wr_id) of its log that no round of its ledgers lists, or a text why the log is missing."""
+    log = case.observer_logs.get((survivor, 1, "accounting"))
+    if log is None:
+        return None, "no accounting observer log of the survivor (the profile model loads one)"
+    listed = {(wr["qpn"], wr["wr_id"]) for g in case.generations() for rnd in case.ledger(survivor, g)["rounds"]
+              for wr in rnd["wrs"]}
+    wrs = log.wrs()
+    seen = list(zip(wrs["qpn"], wrs["wr_id"]))
+    stray = [key for key in seen if key not in listed]
+    twice = len(seen) - len(set(seen))
+    return log, (stray, twice)
+
+
 @rule("restart.stale_no_effect", "restart",
       "every stale-epoch attempt created no QP, posted no WR, moved no byte, reported RemoteEffect None and "
-      "drained locally; the verbs provider held the same objects before and after",
-      witness=("runner",), applies=restart_mode)
+      "drained locally; the verbs provider held the same objects before and after; the survivor's accounting "
+      "observer saw no WR posted outside its rounds",
+      witness=("runner", "observer"), needs=("ledgers", "observers"), applies=restart_mode)
 def check_stale_no_effect(case):
+    """The runner's record of each probe (its counts, its provider's held objects before and after), and
+    the survivor's own accounting observer (one process, one log through every generation): every
+    payload WR it saw accepted must be one its ledgers list in a round (the source's: none at all), so
+    a WR posted for a stale epoch shows as one no round has. The observer does not see a QP created
+    and destroyed without a WR (it does not interpose ibv_create_qp): for that the runner's count and
+    its provider's held objects stand alone."""
     _fault, survivor = lifecycle.restart_roles(case.profile)
     problems = []
     zero = {"qps_created": 0, "wrs_posted": 0, "bytes": 0, "remote_effect": "None", "locally_drained": True}
@@ -255,6 +277,14 @@ def check_stale_no_effect(case):
                 if wrong:
                     problems.append((f"{survivor} g{generation}: EpochMismatch in {error.get('operation')}: {wrong}",
                                      f"{path}#errors[{index}]"))
+    log, found = _stray_wrs(case, survivor)
+    if log is None:
+        problems.append((f"{survivor}: {found}", case.ledger_path(survivor, 1)))
+    elif found[0] or found[1]:
+        stray, twice = found
+        problems.append((f"{survivor}: its accounting observer saw {len(stray)} WR(s) posted outside every round "
+                         f"(qpn/wr_id {stray[:4]}) and {twice} logged twice: a WR posted for a stale epoch (or "
+                         "anywhere else) is an effect", log.path))
     return problems
 
 

@@ -313,6 +313,12 @@ def test_restart_generations_multiply_rounds():
     assert workload["new_qps_per_generation_max"] == 4
 
 
+@pytest.mark.parametrize(("fault", "survivor"), [("source", "requester"), ("requester", "source")])
+def test_restart_loads_accounting_into_the_survivor(fault, survivor):
+    _, workload = pm.load_and_derive(dict(VALID["installed-restart"], fault_role=fault))
+    assert workload["observers"] == [{"tool": "accounting", "role": survivor}]
+
+
 # --- loading ---------------------------------------------------------------------------------
 
 

@@ -39,9 +39,19 @@ def test_worked_example_of_the_document():
     assert "f81e46fab9a7b2e28a36ecfff2db2e322c6e1bf4ba138ccc43ef48988ca9a6d0" in DOC
 
 
+def test_guard_digests_of_the_document():
+    lead, trail = content.guard_digests(1, 0)
+    assert lead.hex() == _doc_value("SHA-256(leading(1,0))")
+    assert trail.hex() == _doc_value("SHA-256(trailing(1,0))")
+    assert content.guard_digests(2, 0) != (lead, trail) and content.guard_digests(1, 1) != (lead, trail)
+    for bad in (True, -1, 1 << 64, "1", None):
+        with pytest.raises(ValueError, match="guard_seed="):
+            content.guard_digests(bad, 0)
+
+
 def test_the_runner_follows_the_same_document():
-    # The simulated runner's own implementation gives the document's vectors too (guards and round
-    # seeds are the runner's alone: the verifier never recomputes them).
+    # The simulated runner's own implementation gives the document's vectors too (round seeds are
+    # the runner's alone: the verifier never recomputes them).
     data = sim_content.RoundInput(0x0123456789ABCDEF, 2, 20)
     assert bytes(data.parent(1)).hex() == _doc_value("payload(s,1)")
     lead, trail = sim_content.guard_bytes(1, 0)
@@ -49,6 +59,7 @@ def test_the_runner_follows_the_same_document():
     assert trail[:16].hex() == _doc_value("trailing(1,0)[0:16]")
     assert hashlib.sha256(lead).hexdigest() == _doc_value("SHA-256(leading(1,0))")
     assert hashlib.sha256(trail).hexdigest() == _doc_value("SHA-256(trailing(1,0))")
+    assert (hashlib.sha256(lead).digest(), hashlib.sha256(trail).digest()) == content.guard_digests(1, 0)
     assert sim_content.round_seed(1, 2, 3) == 6587757976185564365
     assert (sim_content.GUARD_BYTES, sim_content.PARENT_SHIFT) == (content.GUARD_BYTES, content.PARENT_SHIFT)
 

@@ -99,6 +99,8 @@ def test_guards_apply_to_read_with_the_accounting_observer_only():
     assert digests.read_with_accounting({"operation": "read"}, workload)
     assert not digests.read_with_accounting({"operation": "write"}, workload)
     assert not digests.read_with_accounting({"operation": "read"}, {"observers": []})
+    # installed-restart's accounting watches the survivor's stale attempts, not the rounds' bytes
+    assert not digests.read_with_accounting({"operation": "read", "mode": "installed-restart"}, workload)
 
 
 # --- coverage -------------------------------------------------------------------------------------
