@@ -650,10 +650,6 @@ class QueuePair(_Owner):
             raise VerbsError("ibv_post_recv", ret, f"QP {self.qpn} wr_id {wr_id}")
         self.receives += 1
 
-    def to_error(self):
-        """Move the QP to ERR: everything still queued on it completes flushed."""
-        self._modify(QpAttr(qp_state=QPS_ERR), QP_STATE, "ERR")
-
     def retire(self):
         self.outstanding -= 1
 
