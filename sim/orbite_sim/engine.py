@@ -22,7 +22,7 @@ import time
 
 from . import content, sysfs
 from .errors import EngineError, peer_lost, unavailable
-from .ledger import Ledger, write_json_atomic
+from .ledger import Ledger, wr_columns, write_json_atomic
 from .verbs import PROVIDER_COUNTERS, ResourceTable, VerbsError, gid_text, open_device
 
 RAILS = (0, 1)
@@ -368,7 +368,8 @@ class Engine:
         record = {
             "round": rnd.round_no, "epoch": self.epoch, "peer_epoch": self.rv.peer_epoch, "input_seed": rnd.seed,
             "seed_origin": rnd.origin, "started_at": rnd.started, "finished_at": finished,
-            "duration_s": round(finished - rnd.started, 6), "batches": batches, "parents": parents, "wrs": wrs,
+            "duration_s": round(finished - rnd.started, 6), "batches": batches, "parents": parents,
+            "wrs": wr_columns(wrs),
             "qp_usage": usage, "qps_created": len(rnd.created),
             "qps_reused": sum(1 for u in usage if u["reused"]),
             "counters": {"public": public, "native": self.native_counters(rnd.native_before, skew_rail)},

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import Budget
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
     INVENTORY_SCHEMA,
+    ObserverLog,
     load_journal,
     load_json,
     load_ledger,
     load_observer_log,
+    observer_log_path,
 )
 
 ROLES = ("source", "requester")
@@ -79,8 +81,10 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
                                                            budget)
         for observer in workload["observers"]:
             key = (observer["role"], generation, observer["tool"])
-            path = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}.jsonl"
-            case.observer_logs[key] = load_observer_log(path, root, budget)
+            stem = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}"
+            path, problem = observer_log_path(stem)
+            case.observer_logs[key] = ObserverLog(path, problem=problem) if problem else load_observer_log(
+                path, root, budget)
     for role in ROLES:
         case.journals[role] = load_journal(f"{case_dir}/{role}/journal.jsonl", root, budget)
         if profile.get("discovery") == "auto":

@@ -9,8 +9,8 @@ Every rule here reads one replay of the log (``Replay``), made once per generati
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import accumulate, chain, compress, filterfalse, islice, repeat
-from operator import and_, eq, gt, is_not, itemgetter, not_, sub
+from itertools import accumulate, compress, filterfalse, islice, repeat
+from operator import and_, eq, gt, is_not, not_, sub
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
     CQE,
@@ -23,6 +23,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.regis
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
     MAX_PROBLEMS_SHOWN,
     enabled_rails,
+    ledger_wrs,
 )
 
 _OBS = ("ledgers", "observers")
@@ -49,8 +50,8 @@ def _device_rails(ledger):
     return {rail["device"]: rail["rail"] for rail in ledger["rails"]}
 
 
-_SHORT = itemgetter("qpn", "wr_id")
 _FIELDS = ("qpn", "wr_id", "bytes", "opcode")
+_LISTED = (*_FIELDS, "context", "cq", "parent")  # the ledger's WR columns the replay reads
 
 
 class Replay:
@@ -71,8 +72,7 @@ class Replay:
             flow = log.flow()  # WRs and completions in log order: what moves the in-flight figures
             seq = (flow["kind"], flow["qpn"], flow["wr_id"], flow["ctx"], flow["cq"])
             table = log.wrs()
-            ledger_wrs = list(chain.from_iterable(rnd["wrs"] for rnd in ledger["rounds"]))
-            parents = self._against_ledger(table, ledger_wrs)
+            parents = self._against_ledger(table, ledger_wrs(ledger, _LISTED))
             if self._fast(log, seq, table):
                 # Parent of each flow event: its WR's (WRs in order; completions by their WR's index).
                 seq_parent = _merge(seq[0], parents, map(parents.__getitem__, self._done_index))
@@ -174,29 +174,32 @@ class Replay:
 
     def _against_ledger(self, table, wrs):
         """WRs the ledger does not list, or lists differently (first few), and ledger WRs never seen;
-        returns the parent of each logged WR (None: not listed)."""
+        returns the parent of each logged WR (None: not listed). ``wrs``: the ledger's WR columns."""
         qpns, wr_ids, sizes = table["qpn"], table["wr_id"], table["bytes"]
         self.wrs, self.bytes, self.devices = len(qpns), sum(sizes), set(table["dev"])
         ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
         # The same WRs in the same order (an engine lists them as it posts them): compared column by
         # column, no key built.
-        if len(wrs) == len(qpns) and all(list(map(itemgetter(name), wrs)) == table[name] for name in _FIELDS) and \
-                list(map(itemgetter("context"), wrs)) == ctxs and list(map(itemgetter("cq"), wrs)) == cqs:
+        if all(wrs[name] == table[name] for name in _FIELDS) and wrs["context"] == ctxs and wrs["cq"] == cqs:
             self.unlisted, self.differing, self.missing = [], [], []
-            return list(map(itemgetter("parent"), wrs))
+            return wrs["parent"]
         seen = list(zip(qpns, wr_ids))
-        listed = dict(zip(map(_SHORT, wrs), wrs))
+        listed = dict(zip(zip(wrs["qpn"], wrs["wr_id"]), range(len(wrs["qpn"]))))
         self.unlisted = list(islice(filterfalse(listed.__contains__, seen), MAX_PROBLEMS_SHOWN))
         self.differing = []
         for entry in zip(qpns, wr_ids, sizes, table["opcode"], ctxs, cqs):
-            wr = listed.get(entry[:2])
-            if wr is not None and entry[2:] != (wr["bytes"], wr["opcode"], wr["context"], wr["cq"]):
+            at = listed.get(entry[:2])
+            if at is None:
+                continue
+            wr = {name: wrs[name][at] for name in ("bytes", "opcode", "context", "cq")}
+            if entry[2:] != (wr["bytes"], wr["opcode"], wr["context"], wr["cq"]):
                 event = dict(zip(("qpn", "wr_id", "bytes", "opcode", "ctx", "cq"), entry))
                 self.differing.append((entry[:2], wr, event))
                 if len(self.differing) == MAX_PROBLEMS_SHOWN:
                     break
         self.missing = sorted(set(listed).difference(seen))
-        return [None if wr is None else wr["parent"] for wr in map(listed.get, seen)]
+        parent = wrs["parent"]
+        return [None if at is None else parent[at] for at in map(listed.get, seen)]
 
 
 def _full_keys(table):

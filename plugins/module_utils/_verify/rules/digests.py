@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import compress, repeat
-from operator import eq, itemgetter
+from operator import eq
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import content
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import NOT_HASHED
@@ -28,7 +28,6 @@ _OBS = ("ledgers", "observers")
 # not transitive, so each digest rule names them all).
 _PLACEMENT = ("ledger.rounds", "layout.regions", "counters.slicing", "accounting.join", "accounting.ledger_join")
 LEAD_CHANGED, TRAIL_CHANGED = 1, 2  # data flags: a guard window changed while the range landed
-_SHORT = itemgetter("qpn", "wr_id")
 
 
 @applies("modes loading the accounting observer, READ (the requester holds the destination)")
@@ -55,7 +54,7 @@ class Witnessed:
         self.flags = data["flags"]
         round_of = {}
         for rnd in ledger["rounds"]:
-            round_of.update(dict.fromkeys(map(_SHORT, rnd["wrs"]), rnd["round"]))
+            round_of.update(dict.fromkeys(zip(rnd["wrs"]["qpn"], rnd["wrs"]["wr_id"]), rnd["round"]))
         rounds = list(map(round_of.get, zip(data["qpn"], data["wr_id"])))
         header = self.log.header
         if header.get("digest") != "sha256":
