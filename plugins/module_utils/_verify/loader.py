@@ -369,15 +369,23 @@ class ObserverLog:
         text, JSON; opcode: 1 READ, 2 WRITE; dev: index into ``devices``), and their positions."""
         key = ("table", kind)
         if key not in self._cache:
-            table = {name: self.select(kind, self._slots[slot]) for name, slot in _BINARY[kind].items()}
-            table["position"] = self.positions(kind)
-            self._cache[key] = table
+            self._cache[key] = {name: self.column(kind, name) for name in (*_BINARY[kind], "position")}
+        return self._cache[key]
+
+    def column(self, kind, name):
+        """One column of ``table(kind)``, taken alone (a rule reading one column of a kind takes one pass)."""
+        if ("table", kind) in self._cache:
+            return self._cache[("table", kind)][name]
+        key = ("column", kind, name)
+        if key not in self._cache:
+            self._cache[key] = self.positions(kind) if name == "position" else self.select(
+                kind, self._slots[_BINARY[kind][name]])
         return self._cache[key]
 
     def wrs(self):
-        """Columns of the accepted payload WRs: ctx, cq, qpn, wr_id, dev (name), opcode (name), bytes, position."""
+        """Columns of the accepted payload WRs: ctx, cq, qpn, wr_id, dev (name), opcode (name), bytes."""
         if "wrs" not in self._cache:
-            table = dict(self.table(WR))
+            table = {name: self.column(WR, name) for name in _BINARY[WR]}
             table["dev"] = list(map(self.devices.__getitem__, table["dev"]))
             table["opcode"] = list(map(OPCODE_NAMES.__getitem__, table["opcode"]))
             self._cache["wrs"] = table
@@ -618,13 +626,14 @@ def _from_binary(log, body, budget):
                   .tolist() for name, (cast, index) in _SLOTS.items() if name != "type"}
     if not _binary_texts(log, body, budget):
         return False
-    slots = log._slots
-    checks = ((WR, slots["a"], set(OPCODE_NAMES), "opcode"),
-              (WR, slots["b"], set(range(len(log.devices))), "device index"),
-              (DATA, slots["a"], set(range(16)), "flags"))
+    checks = ((WR, "opcode", set(OPCODE_NAMES), "opcode"),
+              (WR, "dev", set(range(len(log.devices))), "device index"),
+              (DATA, "flags", set(range(16)), "flags"))
     for kind, column, allowed, name in checks:
-        if log.count(kind) and not set(log.select(kind, column)) <= allowed:
-            bad = next(v for v in log.select(kind, column) if v not in allowed)
+        values = log.column(kind, column)  # kept: the rules read the same column
+        if not set(values) <= allowed:
+            bad = next(v for v in values if v not in allowed)
+            log._cache.clear()
             return _binary_problem(log, f"a record of type {kind} has {name} {bad} (allowed: {sorted(allowed)})")
     return True
 

@@ -31,10 +31,11 @@ def rounds(case, roles=ROLES):
             yield role, generation, rnd, f"{path}#rounds[{index}]"
 
 
-def wr_rows(columns, indices):
-    """The WRs at ``indices`` of a round's WR columns (docs/receipts.md 1.6) as objects: for messages
-    about a few WRs; rules compare whole columns."""
-    return [{name: values[i] for name, values in columns.items()} for i in indices]
+def wr_rows(columns, indices, names=None):
+    """The WRs at ``indices`` of a round's WR columns (docs/receipts.md 1.6) as objects (of the columns
+    ``names``, default all): for messages about a few WRs; rules compare whole columns."""
+    picked = [(name, columns[name]) for name in (names or columns)]
+    return [{name: values[i] for name, values in picked} for i in indices]
 
 
 def ledger_wrs(ledger, names):

@@ -85,12 +85,11 @@ def check_slicing(case):
         if stray:
             problems.append((f"{label}: WRs of parents {stray[:MAX_PROBLEMS_SHOWN]} the profile does not have",
                              f"{where}.wrs"))
-        by_parent = defaultdict(list)  # only when something is wrong: the WRs of each parent, to name it
-        for index, parent in enumerate(wrs["parent"]):
-            by_parent[parent].append(index)
-        for parent in range(profile["parents"]):
+        positions = range(len(wrs["parent"]))
+        for parent in range(profile["parents"]):  # only when something is wrong: the first parent that shows it
             slices = defaultdict(list)
-            for wr in wr_rows(wrs, by_parent.get(parent, ())):
+            mine = compress(positions, map(eq, wrs["parent"], repeat(parent)))
+            for wr in wr_rows(wrs, mine, ("wr_id", "slice", "bytes", "local_offset", "remote_offset")):
                 slices[wr["slice"]].append(wr)
             found = _parent_slicing(slices, sizes, block, local.get(parent), remote.get(parent))
             if found:
