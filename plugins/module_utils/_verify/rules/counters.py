@@ -10,9 +10,9 @@ in a consistent defect, so they are never held against each other alone.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from itertools import compress, repeat
-from operator import add, eq, mul
+from operator import add, eq, itemgetter, mul
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
@@ -87,11 +87,8 @@ def check_slicing(case):
                              f"{where}.wrs"))
         positions = range(len(wrs["parent"]))
         for parent in range(profile["parents"]):  # only when something is wrong: the first parent that shows it
-            slices = defaultdict(list)
-            mine = compress(positions, map(eq, wrs["parent"], repeat(parent)))
-            for wr in wr_rows(wrs, mine, ("wr_id", "slice", "bytes", "local_offset", "remote_offset")):
-                slices[wr["slice"]].append(wr)
-            found = _parent_slicing(slices, sizes, block, local.get(parent), remote.get(parent))
+            mine = list(compress(positions, map(eq, wrs["parent"], repeat(parent))))
+            found = _parent_slicing(wrs, mine, sizes, block, local.get(parent), remote.get(parent))
             if found:
                 problems.append((f"{label} parent {parent}: {found}", f"{where}.wrs"))
                 break  # one parent names the fault; the others usually repeat it
@@ -117,16 +114,18 @@ def _sliced_as_derived(wrs, parents, sizes, block, local, remote):
             and list(map(add, map(remote.__getitem__, parent_col), steps)) == wrs["remote_offset"])
 
 
-def _parent_slicing(slices, sizes, block, local, remote):
-    """What is wrong with one parent's WRs ({slice: [wr]}), or None."""
-    numbers = sorted(slices)
-    twice = sorted(s for s, wrs in slices.items() if len(wrs) > 1)
-    if numbers != list(range(len(sizes))) or twice:
-        got = [wr["bytes"] for s in numbers for wr in slices[s]]
-        return (f"slices {numbers} (twice: {twice}) of {_runs(got)}, expected each of 0..{len(sizes) - 1} "
-                f"exactly once, {_runs(sizes)}")
-    for number in numbers:
-        (wr,) = slices[number]
+def _parent_slicing(wrs, mine, sizes, block, local, remote):
+    """What is wrong with one parent's WRs (``mine``: their indices in the round's WR columns), or None."""
+    numbers = list(map(wrs["slice"].__getitem__, mine))
+    if sorted(numbers) != list(range(len(sizes))):
+        seen = sorted(set(numbers))
+        twice = sorted(number for number, many in Counter(numbers).items() if many > 1)
+        got = list(map(wrs["bytes"].__getitem__, mine))
+        return (f"{len(numbers)} slices {_first(seen)} (twice: {_first(twice)}) of {_runs(got)}, expected each "
+                f"of 0..{len(sizes) - 1} exactly once, {_runs(sizes)}")
+    for wr in sorted(wr_rows(wrs, mine, ("wr_id", "slice", "bytes", "local_offset", "remote_offset")),
+                     key=itemgetter("slice")):
+        number = wr["slice"]
         want = {"bytes": sizes[number],
                 "local_offset": None if local is None else local + number * block,
                 "remote_offset": None if remote is None else remote + number * block}
@@ -134,6 +133,12 @@ def _parent_slicing(slices, sizes, block, local, remote):
         if got != want:
             return f"slice {number} (wr_id {wr['wr_id']}) is {got}, expected {want} (the parent's regions + s x block)"
     return None
+
+
+def _first(numbers):
+    """A list of numbers as text, the first few of a long one."""
+    shown = numbers[:2 * MAX_PROBLEMS_SHOWN]
+    return f"{shown}" if len(shown) == len(numbers) else f"{str(shown)[:-1]}, ... ({len(numbers)})]"
 
 
 @rule("counters.bytes", "counters", "public bytes per round equal the derived workload", witness=("profile",))
