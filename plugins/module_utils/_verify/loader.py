@@ -222,6 +222,8 @@ def wr_columns_problem(columns, where):
     """Why a round's ``wrs`` is not the documented columns, or None: exactly the columns of
     ``WR_COLUMNS``, each a list, all of one length, each value of its column's type (an int >= 0,
     no bool; ``completed_seq`` also null). Checked a whole column at a time (in C)."""
+    if not isinstance(columns, dict):
+        return f"{where}: expected the WR columns (an object), found {type(columns).__name__}"
     unknown = sorted(set(columns) - WR_COLUMNS.keys())
     missing = [name for name in WR_COLUMNS if name not in columns]
     if unknown or missing:

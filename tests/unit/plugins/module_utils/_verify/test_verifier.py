@@ -418,6 +418,8 @@ BAD_COLUMNS = {
                                     "$.rounds[0].wrs.bytes: expected a list (one value per WR), found int"),
     "WR objects instead of columns": (lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x).update(
         wrs=[{"wr_id": 1}])), "$.rounds[0].wrs: expected dict, found list"),
+    "null instead of columns": (lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x).update(
+        wrs=None)), "$.rounds[0].wrs: expected the WR columns (an object), found NoneType"),
 }
 
 
