@@ -30,8 +30,10 @@
 
 static int log_fd = -1;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-/* ORBITE_OBSERVER_LOG_FORMAT: JSON lines (default) or binary records. */
+/* ORBITE_OBSERVER_LOG_FORMAT: JSON lines or binary records; unset, the log's
+ * name says (a ".bin" log is binary, any other JSON lines). */
 static int log_binary;
+static int log_format_set;
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the binary observer log is little-endian: records are written as in memory"
@@ -1244,12 +1246,20 @@ static void open_log(void)
 {
 	const char *path = getenv("ORBITE_OBSERVER_LOG");
 	char header[512];
-	int fd, high, n;
+	int fd, high, n, named_binary;
+	size_t len;
 
 	if (!path || !*path) {
 		obs_warn("ORBITE_OBSERVER_LOG is not set: nothing is recorded");
 		return;
 	}
+	len = strlen(path);
+	named_binary = len > 4 && !strcmp(path + len - 4, ".bin");
+	if (!log_format_set)
+		log_binary = named_binary;
+	else if (named_binary != log_binary)
+		obs_warn("ORBITE_OBSERVER_LOG=%s names a %s log, ORBITE_OBSERVER_LOG_FORMAT says %s: a verifier refuses it",
+			 path, named_binary ? "binary" : "JSON-lines", log_binary ? "binary" : "json");
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		obs_warn("cannot open ORBITE_OBSERVER_LOG=%s: %s", path, strerror(errno));
@@ -1284,10 +1294,11 @@ __attribute__((constructor)) static void obs_start(void)
 		parent_shift = (int)shift;
 	/* A malformed guard size keeps the documented 4096 (named on stderr). */
 	obs_env_long("ORBITE_OBSERVER_GUARD_BYTES", 4096, 0, 1L << 20, &guard_bytes);
-	if (format && *format && strcmp(format, "json")) {
+	if (format && *format) {
+		log_format_set = 1;
 		if (!strcmp(format, "binary"))
 			log_binary = 1;
-		else
+		else if (strcmp(format, "json"))
 			obs_warn("ORBITE_OBSERVER_LOG_FORMAT=%s is not json or binary: JSON lines are written", format);
 	}
 	if (obs_tool.init)

@@ -180,6 +180,9 @@ options:
         every C(LD_*) and C(RDMAV_*) variable (C(LD_PRELOAD), C(LD_AUDIT), C(LD_LIBRARY_PATH),
         C(RDMAV_ALLOW_DISASSOC_DESTROY), ...) and anything else is dropped, and listed in
         RV(env_stripped) and the supervisor journal.
+      - With O(ld_preload) and O(observers), the observers log to C(observer-<tool>.bin) in O(output_dir) in
+        binary records; C(ORBITE_OBSERVER_LOG_FORMAT=json) here makes it JSON lines in C(observer-<tool>.jsonl)
+        instead (debugging; the verifier reads both).
     type: dict
     default: {}
   defects:

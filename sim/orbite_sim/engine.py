@@ -23,7 +23,7 @@ import time
 from . import content, sysfs
 from .case import INTERRUPTION_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
-from .ledger import Ledger, write_json_atomic
+from .ledger import Ledger, wr_columns, write_json_atomic
 from .progress import report as report_progress
 from .verbs import (
     ACCESS_MW_BIND,
@@ -416,7 +416,8 @@ class Engine:
         record = {
             "round": rnd.round_no, "epoch": self.epoch, "peer_epoch": self.rv.peer_epoch, "input_seed": rnd.seed,
             "seed_origin": rnd.origin, "guard_seed": rnd.guard_seed, "started_at": rnd.started, "finished_at": finished,
-            "duration_s": round(finished - rnd.started, 6), "batches": batches, "parents": parents, "wrs": wrs,
+            "duration_s": round(finished - rnd.started, 6), "batches": batches, "parents": parents,
+            "wrs": wr_columns(wrs),
             "qp_usage": usage, "qps_created": len(rnd.created),
             "qps_reused": sum(1 for u in usage if u["reused"]),
             "counters": {"public": public, "native": self.native_counters(rnd.native_before, skew_rail)},

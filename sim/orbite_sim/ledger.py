@@ -21,6 +21,16 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
+# A round's WRs are written as columns (docs/receipts.md 1.6): one list per WR field, in post order.
+WR_COLUMNS = ("wr_id", "parent", "slice", "rail", "lane", "qpn", "context", "cq", "opcode", "bytes", "local_offset",
+              "remote_offset", "status", "posted_seq", "completed_seq")
+
+
+def wr_columns(wrs):
+    """{column: [value of each WR]} of WR records (dicts), in their order."""
+    return {name: [wr[name] for wr in wrs] for name in WR_COLUMNS}
+
+
 class Ledger:
     def __init__(self, path, case=None, defects=()):
         self.path = path

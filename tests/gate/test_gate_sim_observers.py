@@ -66,9 +66,13 @@ def test_the_observer_log_is_written_by_the_preloaded_native_library(repo_root, 
     # ...into the runner process, which loaded the pinned verbs provider...
     assert start["pid"] == ledger["pid"] and ledger["status"] == "complete", ledger["errors"]
     assert ledger["verbs_library"]["sha256"] == manifest["verbs_library"]["sha256"]
-    # ...and the log's header says it is the native tool's, written in that very process.
-    header = json.loads((requester / "g1" / "observer-accounting.jsonl").read_bytes().split(b"\n", 1)[0])
+    # ...and the log's header says it is the native tool's, written in that very process, in the binary
+    # records the gate asks for (ORBITE_OBSERVER_LOG_FORMAT), under the name that says so.
+    assert sorted(path.name for path in (requester / "g1").glob("observer-*")) == ["observer-accounting.bin"]
+    assert "ORBITE_OBSERVER_LOG_FORMAT" in start["env_keys"], start["env_keys"]
+    header = json.loads((requester / "g1" / "observer-accounting.bin").read_bytes().split(b"\n", 1)[0])
     assert header["schema"] == "orbite.observer-log" and header["tool"] == "accounting"
+    assert (header["format"], header["record_bytes"]) == ("binary", 80)
     assert header["pid"] == ledger["pid"]
     # The runner has no observer of its own left to write one.
     runner = (run_dir / "orbite-sim-runner.pyz").read_bytes()
@@ -90,7 +94,7 @@ def test_without_the_preload_the_case_fails_naming_the_missing_log(repo_root, an
     assert not list(requester.glob("g1/observer-*"))
     assert not [p for p in _child_start(requester / "journal.jsonl")["pinned"] if p["what"].startswith("ld_preload[")]
     failed = [f for c in verdict["cases"] for f in c["findings"] if f["status"] == "FAIL"]
-    assert any(f["code"] == "receipt.missing" and "observer-accounting.jsonl" in f["message"] for f in failed), failed
+    assert any(f["code"] == "receipt.missing" and "observer-accounting.bin" in f["message"] for f in failed), failed
 
 
 def test_an_observer_that_is_not_its_pin_never_runs(repo_root, ansible_env, lab, tmp_path):

@@ -14,13 +14,15 @@ Used by tests/unit/plugins/module_utils/_verify/test_consistent_defects.py.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.receipts import reorder
+from helpers import observer_log
+from helpers.receipts import ledger_as_columns, ledger_as_rows, reorder
 
 ROLES = ("source", "requester")
 SUCCESS = "SUCCESS"
@@ -31,9 +33,11 @@ class CaseFiles:
 
     def __init__(self, case_dir):
         self.dir = Path(case_dir)
-        self.ledgers = {role: self._json(self._ledger_path(role)) for role in ROLES}
-        self.logs = {path.name: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-                     for path in sorted((self.dir / "requester" / "g1").glob("observer-*.jsonl"))}
+        # WRs edited as objects; written back as the ledger's columns (docs/receipts.md 1.6).
+        self.ledgers = {role: ledger_as_rows(self._json(self._ledger_path(role))) for role in ROLES}
+        # Observer logs edited as JSON objects, written back in their own format (the name says which).
+        self.logs = {path.name: observer_log.read(path)
+                     for path in sorted((self.dir / "requester" / "g1").glob("observer-*"))}
         self.journals = {role: [json.loads(line) for line in self._journal_path(role).read_text().splitlines()
                                 if line.strip()] for role in ROLES}
         self.touched = set()  # roles whose journal a defect of the supervisor's or the gate's edited
@@ -46,9 +50,17 @@ class CaseFiles:
     def source(self):
         return self.ledgers["source"]
 
+    def _accounting_name(self):
+        return next((name for name in self.logs if name.startswith("observer-accounting.")), None)
+
     @property
     def accounting(self):
-        return self.logs.get("observer-accounting.jsonl")
+        name = self._accounting_name()
+        return None if name is None else self.logs[name]
+
+    @accounting.setter
+    def accounting(self, events):
+        self.logs[self._accounting_name()] = events
 
     def _ledger_path(self, role):
         return self.dir / role / "g1" / "ledger.json"
@@ -62,9 +74,10 @@ class CaseFiles:
 
     def save(self):
         for role, ledger in self.ledgers.items():
-            self._ledger_path(role).write_text(json.dumps(ledger))
-        for name, lines in self.logs.items():
-            (self.dir / "requester" / "g1" / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
+            self._ledger_path(role).write_text(json.dumps(ledger_as_columns(copy.deepcopy(ledger))))
+        for name, events in self.logs.items():
+            path = self.dir / "requester" / "g1" / name
+            path.write_bytes(observer_log.encode(events, observer_log.read(path)[0].get("format", "json")))
         for role in self.touched:
             self._journal_path(role).write_text("".join(json.dumps(x) + "\n" for x in self.journals[role]))
 
@@ -183,7 +196,7 @@ def _observed(files, change):
         return
     for event in lines[1:-1]:
         change(event)
-    files.logs["observer-accounting.jsonl"] = resummarize(lines, files.requester)
+    files.accounting = resummarize(lines, files.requester)
 
 
 def sync_landed(files):
@@ -326,7 +339,7 @@ def completion_never_reaped(f):
     key = (wr["qpn"], wr["wr_id"])
     lines = f.accounting
     lines[:] = [e for e in lines if not (e.get("ev") in ("cqe", "data") and (e.get("qpn"), e.get("wr_id")) == key)]
-    f.logs["observer-accounting.jsonl"] = resummarize(lines, f.requester)
+    f.accounting = resummarize(lines, f.requester)
 
 
 def timeout_marked_expected(f):
@@ -802,7 +815,7 @@ def naive_disagreements(files):
 
 def noop_rewrite(case_dir):
     """Rewrite every receipt without changing a fact: keys in reverse order, re-indented, an unknown
-    field added to every document and log line."""
+    field added to every document and log line (a binary observer log: to its header line)."""
     for path in sorted(Path(case_dir).rglob("*.json")):
         data = reorder(json.loads(path.read_text()))
         data["x_unknown"] = {"by": "a no-op rewrite", "nested": [1, {"deep": None}]}
@@ -811,6 +824,10 @@ def noop_rewrite(case_dir):
         lines = [reorder(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
         path.write_text("".join(json.dumps(dict(line, x_unknown="]}{"), separators=(" , ", " : ")) + "\n"
                                 for line in lines))
+    for path in sorted(Path(case_dir).rglob("*.bin")):  # a binary observer log: its JSON header line
+        header, body = path.read_bytes().split(b"\n", 1)
+        header = dict(reorder(json.loads(header)), x_unknown="]}{")
+        path.write_bytes(json.dumps(header, separators=(" , ", " : ")).encode() + b"\n" + body)
 
 
 def apply(name, case_dir):
@@ -829,7 +846,7 @@ def renormalize(case_dir):
     recount_requester(files.requester)
     recount_source(files.source)
     if files.accounting is not None:
-        files.logs["observer-accounting.jsonl"] = resummarize(files.accounting, files.requester)
+        files.accounting = resummarize(files.accounting, files.requester)
     sync_landed(files)
     files.save()
     return files

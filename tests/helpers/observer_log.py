@@ -110,6 +110,20 @@ def encode(events, fmt=None):
     return b"".join(out)
 
 
+SUFFIXES = {"binary": ".bin", "json": ".jsonl"}  # the file name says the format (docs/receipts.md 2)
+
+
+def file_name(tool, fmt="binary"):
+    """observer-<tool>.bin (binary records) or observer-<tool>.jsonl (JSON lines)."""
+    return f"observer-{tool}{SUFFIXES[fmt]}"
+
+
+def find(directory, tool="accounting"):
+    """The path of the one observer log of ``tool`` in ``directory``, whichever format it is in."""
+    (path,) = [directory / file_name(tool, fmt) for fmt in SUFFIXES if (directory / file_name(tool, fmt)).exists()]
+    return path
+
+
 def read(path):
     return decode(path.read_bytes())
 

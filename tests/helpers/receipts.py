@@ -23,3 +23,35 @@ def reorder(value):
     if isinstance(value, list):
         return [reorder(item) for item in value]
     return value
+
+
+# A ledger round's WRs are columns (docs/receipts.md 1.6); red checks edit them as objects.
+WR_COLUMNS = ("wr_id", "parent", "slice", "rail", "lane", "qpn", "context", "cq", "opcode", "bytes", "local_offset",
+              "remote_offset", "status", "posted_seq", "completed_seq")
+
+
+def wr_rows(columns):
+    """The WR objects of a round's WR columns, in order."""
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*(columns[name] for name in names))]
+
+
+def wr_columns(rows):
+    """The WR columns of WR objects (every documented column, in the documented order)."""
+    return {name: [row[name] for row in rows] for name in WR_COLUMNS}
+
+
+def ledger_as_rows(ledger):
+    """The ledger with each round's WRs as a list of objects, in place (``ledger_as_columns`` undoes it)."""
+    for rnd in ledger.get("rounds", ()):
+        if isinstance(rnd.get("wrs"), dict):
+            rnd["wrs"] = wr_rows(rnd["wrs"])
+    return ledger
+
+
+def ledger_as_columns(ledger):
+    """The ledger with each round's WR objects back in columns, in place."""
+    for rnd in ledger.get("rounds", ()):
+        if isinstance(rnd.get("wrs"), list):
+            rnd["wrs"] = wr_columns(rnd["wrs"])
+    return ledger

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "sim"))
 
 import sim_harness  # noqa: E402 - the simulated runner's own harness: hosts, case files
+from helpers import observer_log  # noqa: E402
 
 RUNNER = sim_harness.RUNNER
 RAILS = sim_harness.RAILS
@@ -77,7 +78,7 @@ def _save_inventory(root, path):
     Path(path).write_text(json.dumps(sysfs_inventory.read_inventory(root), sort_keys=True))
 
 
-def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None):
+def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None, log_format="binary"):
     """Run source then requester, each as a child of a real lock supervisor on its fake host, the
     way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/).
     ``runner``: the plan's runner entry (default the simulated runner's zipapp run by the interpreter;
@@ -115,7 +116,9 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None):
             tools = case.get("observers") or []
             env = {"PATH": "/usr/bin:/bin"}
             if tools:  # the real observers, preloaded by hash by the supervisor (docs/observers.md)
-                env["ORBITE_OBSERVER_LOG"] = str(out / f"observer-{tools[0]}.jsonl")
+                # As the gate does (_run/launch.py): binary records by default, the name saying the format.
+                env["ORBITE_OBSERVER_LOG"] = str(out / observer_log.file_name(tools[0], log_format))
+                env["ORBITE_OBSERVER_LOG_FORMAT"] = log_format
             argv = [runner["path"], "--case", str(out / "case.json"), "--output", str(out)]
             if runner["kind"] == "sim":
                 argv.insert(0, sys.executable)

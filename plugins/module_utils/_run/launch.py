@@ -46,6 +46,8 @@ PROGRESS_NAME = "progress.json"
 POLL_MIN_LEASE_S = 30.0
 CASE_NAME = "case.json"
 ROLES = ("source", "requester")
+# The observer log format the gate gives the preloaded observers, and the file name saying it.
+OBSERVER_LOG_SUFFIXES = {"binary": ".bin", "json": ".jsonl"}
 READY_POLL_S = 0.02
 # ready.json is a small object (pid, service address, ...): anything larger is not a ready file.
 READY_MAX_BYTES = 64 * 1024
@@ -178,14 +180,21 @@ def start(params, check_mode=False):
     check_verbs_library(case.get("verbs_library"))
     output_dir = params["output_dir"]
     env = {str(k): str(v) for k, v in (params.get("env") or {}).items()}
+    fmt = env.get("ORBITE_OBSERVER_LOG_FORMAT", "binary")
+    if fmt not in OBSERVER_LOG_SUFFIXES:
+        raise RunnerError("bad_input", f"env.ORBITE_OBSERVER_LOG_FORMAT={quote(fmt)}: the observer log format is "
+                                       "binary (the default) or json (JSON lines, for debugging)")
     if check_mode:
         return {"changed": True, "case": case, "ld_preload": [p["path"] for p in preload]}
     prepare_output(output_dir)
     case_path = os.path.join(output_dir, CASE_NAME)
     atomic_write_json(case_path, case, mode=0o600)
     if preload and case["observers"]:
-        # The native observers write their log where the contract says.
-        env["ORBITE_OBSERVER_LOG"] = os.path.join(output_dir, f"observer-{case['observers'][0]}.jsonl")
+        # The native observers write their log where the contract says, in binary records unless the
+        # caller asks for JSON lines (debugging); the file name says which (docs/receipts.md 2).
+        env["ORBITE_OBSERVER_LOG_FORMAT"] = fmt
+        env["ORBITE_OBSERVER_LOG"] = os.path.join(output_dir, f"observer-{case['observers'][0]}"
+                                                              f"{OBSERVER_LOG_SUFFIXES[fmt]}")
     client = SupervisorClient(params["supervisor_run_dir"])
     runner_argv = list(params["runner_argv"])
     argv = [*runner_argv, "--case", case_path, "--output", output_dir]

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import Budget
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
     INVENTORY_SCHEMA,
+    ObserverLog,
     load_journal,
     load_json,
     load_ledger,
     load_observer_log,
+    observer_log_path,
 )
 
 ROLES = ("source", "requester")
@@ -92,8 +94,10 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
             if generation > 1 and _survivor(profile) == observer["role"]:
                 continue  # one log per process: the restart survivor's is in the directory it started with (g1)
             key = (observer["role"], generation, observer["tool"])
-            path = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}.jsonl"
-            case.observer_logs[key] = load_observer_log(path, root, budget)
+            stem = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}"
+            path, problem = observer_log_path(stem)
+            case.observer_logs[key] = ObserverLog(path, problem=problem) if problem else load_observer_log(
+                path, root, budget)
     if profile.get("mode") == "installed-interruption":
         # The control relay's journal (docs/interruption.md), fetched from the source node.
         case.relay = load_journal(f"{case_dir}/source/relay.jsonl", root, budget)

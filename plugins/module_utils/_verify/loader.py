@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import itemgetter, methodcaller
+from operator import is_not, itemgetter, methodcaller
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import (
     MAX_DOCUMENT_BYTES,
@@ -82,19 +82,26 @@ _COUNTERS = {
     "native": {"bytes": INT, "wrs": INT, "cqes": INT, "per_rail": DICT},
 }
 _PARENT = {"parent": INT, "rail": INT, "requested_bytes": INT, "completed_bytes": INT, "status": STR}
-_WR = {
+# The WR list of a round is columnar (docs/receipts.md 1.6): {column: [value of each WR]}, every
+# documented column present, none other, all of one length. Type of each column's values.
+WR_COLUMNS = {
     "wr_id": INT,
     "parent": INT,
     "slice": INT,
     "rail": INT,
     "lane": INT,
     "qpn": INT,
-    "bytes": INT,
     "context": STR,
     "cq": STR,
     "opcode": STR,
+    "bytes": INT,
+    "local_offset": INT,
+    "remote_offset": INT,
     "status": STR,
+    "posted_seq": INT,
+    "completed_seq": INT,  # or null: no completion reaped
 }
+_NULLABLE_COLUMNS = {"completed_seq"}
 _QP_USAGE = {
     "qpn": INT,
     "rail": INT,
@@ -109,7 +116,7 @@ _ROUND = {
     "round": INT,
     "input_seed": INT,
     "parents": [_PARENT],
-    "wrs": [_WR],
+    "wrs": DICT,  # columns: checked by wr_columns_problem
     "qp_usage": [_QP_USAGE],
     "qps_created": INT,
     "qps_reused": INT,
@@ -207,11 +214,47 @@ def _walk(value, shape, where, found, limit):
             found.append(f"{where}: expected {shape}, found {type(value).__name__}")
 
 
+_COLUMN_TYPES = {name: ({int, type(None)} if name in _NULLABLE_COLUMNS else {_EXACT[kind]})
+                 for name, kind in WR_COLUMNS.items()}
+
+
+def wr_columns_problem(columns, where):
+    """Why a round's ``wrs`` is not the documented columns, or None: exactly the columns of
+    ``WR_COLUMNS``, each a list, all of one length, each value of its column's type (an int >= 0,
+    no bool; ``completed_seq`` also null). Checked a whole column at a time (in C)."""
+    if not isinstance(columns, dict):
+        return f"{where}: expected the WR columns (an object), found {type(columns).__name__}"
+    unknown = sorted(set(columns) - WR_COLUMNS.keys())
+    missing = [name for name in WR_COLUMNS if name not in columns]
+    if unknown or missing:
+        return (f"{where}: columns {missing} missing, {unknown} unknown (a round's WRs are the columns "
+                f"{list(WR_COLUMNS)}, docs/receipts.md 1.6)")
+    lists = [name for name in WR_COLUMNS if not isinstance(columns[name], list)]
+    if lists:
+        return f"{where}.{lists[0]}: expected a list (one value per WR), found {type(columns[lists[0]]).__name__}"
+    lengths = {name: len(columns[name]) for name in WR_COLUMNS}
+    if len(set(lengths.values())) > 1:
+        return f"{where}: columns of different lengths {lengths} (one value per WR in every column)"
+    for name, allowed in _COLUMN_TYPES.items():
+        column = columns[name]
+        numbers = column if name not in _NULLABLE_COLUMNS else compress(column, map(is_not, column, repeat(None)))
+        if not set(map(type, column)) <= allowed or (WR_COLUMNS[name] == INT and min(numbers, default=0) < 0):
+            index, value = next((i, v) for i, v in enumerate(column)
+                                if type(v) not in allowed or (isinstance(v, int) and v < 0))
+            want = WR_COLUMNS[name] + (" or null" if name in _NULLABLE_COLUMNS else "") + (
+                " >= 0" if WR_COLUMNS[name] == INT else "")
+            return f"{where}.{name}[{index}]: {value!r} is not {want} (WR {index} of the round)"
+    return None
+
+
 def load_ledger(path, root=None, budget=None) -> Receipt:
     receipt = load_json(path, LEDGER_SCHEMA, root, budget)
     if not receipt.ok:
         return receipt
     problems = shape_errors(receipt.data, LEDGER_SHAPE)
+    if not problems:
+        problems = [why for index, rnd in enumerate(receipt.data["rounds"])
+                    for why in [wr_columns_problem(rnd["wrs"], f"$.rounds[{index}].wrs")] if why][:1]
     if problems:
         receipt.problem = ReceiptProblem("receipt.shape", path, "; ".join(problems))
         receipt.data = None
@@ -328,15 +371,23 @@ class ObserverLog:
         text, JSON; opcode: 1 READ, 2 WRITE; dev: index into ``devices``), and their positions."""
         key = ("table", kind)
         if key not in self._cache:
-            table = {name: self.select(kind, self._slots[slot]) for name, slot in _BINARY[kind].items()}
-            table["position"] = self.positions(kind)
-            self._cache[key] = table
+            self._cache[key] = {name: self.column(kind, name) for name in (*_BINARY[kind], "position")}
+        return self._cache[key]
+
+    def column(self, kind, name):
+        """One column of ``table(kind)``, taken alone (a rule reading one column of a kind takes one pass)."""
+        if ("table", kind) in self._cache:
+            return self._cache[("table", kind)][name]
+        key = ("column", kind, name)
+        if key not in self._cache:
+            self._cache[key] = self.positions(kind) if name == "position" else self.select(
+                kind, self._slots[_BINARY[kind][name]])
         return self._cache[key]
 
     def wrs(self):
-        """Columns of the accepted payload WRs: ctx, cq, qpn, wr_id, dev (name), opcode (name), bytes, position."""
+        """Columns of the accepted payload WRs: ctx, cq, qpn, wr_id, dev (name), opcode (name), bytes."""
         if "wrs" not in self._cache:
-            table = dict(self.table(WR))
+            table = {name: self.column(WR, name) for name in _BINARY[WR]}
             table["dev"] = list(map(self.devices.__getitem__, table["dev"]))
             table["opcode"] = list(map(OPCODE_NAMES.__getitem__, table["opcode"]))
             self._cache["wrs"] = table
@@ -577,13 +628,14 @@ def _from_binary(log, body, budget):
                   .tolist() for name, (cast, index) in _SLOTS.items() if name != "type"}
     if not _binary_texts(log, body, budget):
         return False
-    slots = log._slots
-    checks = ((WR, slots["a"], set(OPCODE_NAMES), "opcode"),
-              (WR, slots["b"], set(range(len(log.devices))), "device index"),
-              (DATA, slots["a"], set(range(16)), "flags"))
+    checks = ((WR, "opcode", set(OPCODE_NAMES), "opcode"),
+              (WR, "dev", set(range(len(log.devices))), "device index"),
+              (DATA, "flags", set(range(16)), "flags"))
     for kind, column, allowed, name in checks:
-        if log.count(kind) and not set(log.select(kind, column)) <= allowed:
-            bad = next(v for v in log.select(kind, column) if v not in allowed)
+        values = log.column(kind, column)  # kept: the rules read the same column
+        if not set(values) <= allowed:
+            bad = next(v for v in values if v not in allowed)
+            log._cache.clear()
             return _binary_problem(log, f"a record of type {kind} has {name} {bad} (allowed: {sorted(allowed)})")
     return True
 
@@ -637,7 +689,27 @@ def _binary_texts(log, body, budget):
     return True
 
 
+# An observer log's name says its format (docs/receipts.md 2): observer-<tool>.bin or .jsonl.
+LOG_SUFFIXES = {".bin": "binary", ".jsonl": "json"}
+
+
+def observer_log_path(stem):
+    """(path, None) of the observer log ``<stem>.bin`` or ``<stem>.jsonl``, whichever exists; else (a
+    path, ReceiptProblem): receipt.missing when neither exists, receipt.format when both do (which one
+    the observer wrote is not said)."""
+    found = [stem + suffix for suffix in LOG_SUFFIXES if os.path.lexists(stem + suffix)]
+    if len(found) == 1:
+        return found[0], None
+    names = " and ".join(os.path.basename(stem) + suffix for suffix in LOG_SUFFIXES)
+    if not found:
+        return stem + ".bin", ReceiptProblem("receipt.missing", stem + ".bin", f"receipt is missing (neither {names})")
+    return found[0], ReceiptProblem("receipt.format", found[0], f"both {names} are present: one observer log per "
+                                    "tool, its name saying its format")
+
+
 def load_observer_log(path, root=None, budget=None) -> ObserverLog:
+    """The observer log at ``path``: binary records or JSON lines as its header says, which must be what its
+    name says (.bin, .jsonl: receipt.format otherwise)."""
     log = ObserverLog(path)
     data, log.problem = read_bounded(path, _root(path, root), MAX_LOG_BYTES, budget)
     if log.problem:
@@ -645,6 +717,11 @@ def load_observer_log(path, root=None, budget=None) -> ObserverLog:
     end = data.find(b"\n")
     header, problem = parse_json(path, data[:end] if end >= 0 else data)
     binary = problem is None and isinstance(header, dict) and header.get("format") == "binary"
+    named = LOG_SUFFIXES.get(os.path.splitext(path)[1])
+    if named is not None and problem is None and isinstance(header, dict) and ("binary" if binary else "json") != named:
+        log.problem = problem_at("receipt.format", path, 1, f"header format {header.get('format', 'json')!r}, but the "
+                                 f"file name says {named!r} (observer-<tool>.bin: binary, .jsonl: JSON lines)")
+        return log
     if binary:
         records = None
     else:  # every line measured (size, nesting, values) before anything is parsed

@@ -35,6 +35,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.loade
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import history
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import plots as plots_of
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import no_gc
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import REGISTRY
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import (
     FAIL,
@@ -97,6 +98,13 @@ def verify_case(case_dir, root=None, plan=None, loaded=None):
     ``plan`` is run.json (checked by ``_read_plan``): without it the identity rules fail.
     ``loaded``: a dict that gets the case's receipts as read (``"case"``), for the reports' plots.
     """
+    # A case's receipts and the rules' columns are large acyclic structures: the cyclic collector
+    # would only rescan them, again and again while they are built (a million-record log: seconds).
+    with no_gc():
+        return _verify_case(case_dir, root, plan, loaded)
+
+
+def _verify_case(case_dir, root, plan, loaded):
     root = root if root is not None else case_dir
     case_id = os.path.basename(os.path.normpath(case_dir))
     meta = load_json(os.path.join(case_dir, "case.json"), CASE_SCHEMA, root=root)

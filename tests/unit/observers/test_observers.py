@@ -525,6 +525,21 @@ def test_guard_size_and_format_settings_are_checked(build, tmp_path):
     assert (r.log[0]["digest"], r.log[0]["guard_bytes"]) == (None, 0) and r.events("data") == []
 
 
+@pytest.mark.parametrize(("name", "fmt", "wanted", "warned"), [
+    ("observer-accounting.bin", "", "binary", False),  # no format set: the name says it
+    ("observer-accounting.jsonl", "", "json", False),
+    ("observer-accounting.bin", "json", "json", True),  # the setting wins, the disagreement is named
+])
+def test_the_log_name_gives_the_format_unless_one_is_set(build, tmp_path, name, fmt, wanted, warned):
+    log = tmp_path / name
+    r = run(build, "accounting", "obs_driver_direct", "digests", tmp_path,
+            env={"ORBITE_OBSERVER_LOG": str(log), "ORBITE_OBSERVER_LOG_FORMAT": fmt})
+    header = json.loads(log.read_bytes().split(b"\n", 1)[0])
+    assert header["format"] == wanted
+    assert observer_log.decode(log.read_bytes())[-1]["ev"] == "summary"
+    assert ("names a binary log, ORBITE_OBSERVER_LOG_FORMAT says json" in r.stderr) == warned
+
+
 # ----------------------------------------------------------------- cq_fault --
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from helpers.paths import FIXTURES
+from helpers.receipts import wr_rows
 
 sys.path.insert(0, str(FIXTURES / "sim"))
 import sim_harness as H
@@ -80,13 +81,15 @@ def assert_healthy(result, prof):
     assert seeds == [r["input_seed"] for r in src["rounds"]]
     wr_index = {}
     for rr, sr in zip(req["rounds"], src["rounds"]):
-        assert len(rr["wrs"]) == wrs_per_round
-        assert sum(w["bytes"] for w in rr["wrs"]) == bytes_per_round
-        assert all(w["status"] == "SUCCESS" for w in rr["wrs"])
-        for w in rr["wrs"]:
+        assert set(map(len, sr["wrs"].values())) == {0}  # the source posts no WR: every column empty
+        wrs = wr_rows(rr["wrs"])  # the columns (docs/receipts.md 1.6), one object per WR
+        assert len(wrs) == wrs_per_round
+        assert sum(w["bytes"] for w in wrs) == bytes_per_round
+        assert all(w["status"] == "SUCCESS" for w in wrs)
+        for w in wrs:
             wr_index[(w["qpn"], w["wr_id"])] = w
         for p in rr["parents"]:
-            mine = sorted((w for w in rr["wrs"] if w["parent"] == p["parent"]), key=lambda w: w["slice"])
+            mine = sorted((w for w in wrs if w["parent"] == p["parent"]), key=lambda w: w["slice"])
             assert [w["bytes"] for w in mine] == slices
             assert {w["qpn"] for w in mine} == {p["qpn"]} and p["rail"] in rails
             assert p["completed_bytes"] == prof["payload"] and p["status"] == "Completed"
@@ -178,8 +181,8 @@ def test_rail_accounting_read_polling_counts_the_seed_figures(tmp_path):
     result = H.run_pair(tmp_path, prof)
     workload = assert_healthy(result, prof)
     for rnd in result["requester"]["rounds"]:
-        assert len(rnd["wrs"]) == 64 == workload["wrs_per_round"]
-        assert sum(w["bytes"] for w in rnd["wrs"]) == 67_108_880
+        assert len(rnd["wrs"]["wr_id"]) == 64 == workload["wrs_per_round"]
+        assert sum(rnd["wrs"]["bytes"]) == 67_108_880
         by_rail = {u["rail"]: u for u in rnd["qp_usage"]}
         assert sorted(by_rail) == [0, 1]
         for usage in by_rail.values():  # the rail-accounting rule: >= 2 parents on each rail's shared QP
@@ -217,8 +220,8 @@ def test_installed_host_example_counts_96_wrs_a_round(tmp_path):
     result = H.run_pair(tmp_path, prof)
     assert_healthy(result, prof)
     for rnd in result["requester"]["rounds"]:
-        assert len(rnd["wrs"]) == 96
-        assert sum(w["bytes"] for w in rnd["wrs"]) == 100_663_312
+        assert len(rnd["wrs"]["wr_id"]) == 96
+        assert sum(rnd["wrs"]["bytes"]) == 100_663_312
         assert len(rnd["qp_usage"]) == 6  # 2 rails x 3 lanes
         assert {(u["rail"], u["lane"]) for u in rnd["qp_usage"]} == {(r, ln) for r in (0, 1) for ln in range(3)}
 

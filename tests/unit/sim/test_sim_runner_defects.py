@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from helpers.paths import FIXTURES
+from helpers.receipts import wr_rows
 
 sys.path.insert(0, str(FIXTURES / "sim"))
 import sim_harness as H
@@ -63,7 +64,7 @@ def facts(result):
                                                                     if not k.endswith("_sha256")})
                 out[f"{pp}.error"] = _j(p["error"] and p["error"]["error"])
             out[f"{rp}.wrs"] = _j(sorted((w["parent"], w["slice"], w["rail"], w["lane"], qp_index[w["qpn"]], w["bytes"],
-                                          w["local_offset"], w["status"], w["opcode"]) for w in rnd["wrs"]))
+                                          w["local_offset"], w["status"], w["opcode"]) for w in wr_rows(rnd["wrs"])))
             usage = sorted(rnd["qp_usage"], key=lambda u: qp_index[u["qpn"]])
             out[f"{rp}.qp_usage"] = _j([(qp_index[u["qpn"]], u["rail"], u["lane"], u["created"], u["reused"],
                                          u["wrs_posted"], u["cqes"], u["cqes_error"], u["bytes_posted"],

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+from itertools import chain
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import ROLES
 
-__all__ = ("MAX_PROBLEMS_SHOWN", "ROLES", "each_ledger", "enabled_rails", "rounds", "runner_starts")
+__all__ = ("MAX_PROBLEMS_SHOWN", "ROLES", "each_ledger", "enabled_rails", "ledger_wrs", "rounds", "runner_starts",
+           "wr_rows")
 
 MAX_PROBLEMS_SHOWN = 5
 _GENERATION_DIR = re.compile(r"g([1-9][0-9]{0,5})", re.ASCII)
@@ -27,6 +29,18 @@ def rounds(case, roles=ROLES):
     for role, generation, ledger, path in each_ledger(case, roles):
         for index, rnd in enumerate(ledger["rounds"]):
             yield role, generation, rnd, f"{path}#rounds[{index}]"
+
+
+def wr_rows(columns, indices, names=None):
+    """The WRs at ``indices`` of a round's WR columns (docs/receipts.md 1.6) as objects (of the columns
+    ``names``, default all): for messages about a few WRs; rules compare whole columns."""
+    picked = [(name, columns[name]) for name in (names or columns)]
+    return [{name: values[i] for name, values in picked} for i in indices]
+
+
+def ledger_wrs(ledger, names):
+    """{column: values over every round, in round order} of a ledger's WR columns ``names``."""
+    return {name: list(chain.from_iterable(rnd["wrs"][name] for rnd in ledger["rounds"])) for name in names}
 
 
 def enabled_rails(case):

@@ -9,8 +9,8 @@ Every rule here reads one replay of the log (``Replay``), made once per generati
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import accumulate, chain, compress, filterfalse, islice, repeat
-from operator import and_, eq, gt, is_not, itemgetter, not_, sub
+from itertools import compress, filterfalse, islice, repeat
+from operator import and_, eq, gt, is_not, not_
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
     CQE,
@@ -23,6 +23,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.regis
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
     MAX_PROBLEMS_SHOWN,
     enabled_rails,
+    ledger_wrs,
 )
 
 _OBS = ("ledgers", "observers")
@@ -50,8 +51,8 @@ def _device_rails(ledger):
     return {rail["device"]: rail["rail"] for rail in ledger["rails"]}
 
 
-_SHORT = itemgetter("qpn", "wr_id")
 _FIELDS = ("qpn", "wr_id", "bytes", "opcode")
+_LISTED = (*_FIELDS, "context", "cq", "parent")  # the ledger's WR columns the replay reads
 
 
 class Replay:
@@ -72,13 +73,11 @@ class Replay:
             flow = log.flow()  # WRs and completions in log order: what moves the in-flight figures
             seq = (flow["kind"], flow["qpn"], flow["wr_id"], flow["ctx"], flow["cq"])
             table = log.wrs()
-            ledger_wrs = list(chain.from_iterable(rnd["wrs"] for rnd in ledger["rounds"]))
-            parents = self._against_ledger(table, ledger_wrs)
+            parents = self._against_ledger(table, ledger_wrs(ledger, _LISTED))
             if self._fast(log, seq, table):
                 # Parent of each flow event: its WR's (WRs in order; completions by their WR's index).
                 seq_parent = _merge(seq[0], parents, map(parents.__getitem__, self._done_index))
-                self.max_wrs = _most_wrs(seq[0], seq[1])
-                self.max_parents = _most_parents(seq[0], seq[1], seq_parent, None)
+                self.max_wrs, self.max_parents = _in_flight_healthy(seq[0], seq[1], seq_parent)
             else:
                 self._walk(log, seq, table)
                 seq_parent = [None if i is None else parents[i] for i in self._wr_of]
@@ -109,7 +108,7 @@ class Replay:
         if not all(map(gt, compress(range(len(keys)), done), map(posted.__getitem__, index))):
             return False  # a completion logged before its WR: the walk counts it as an orphan
         cqe = bytes(compress(seq_kind, done)).translate(_IS_CQE)
-        statuses = log.table(CQE)["status"]
+        statuses = log.column(CQE, "status")
         cqe_index = list(compress(index, cqe))
         joined = list(compress(cqe_index, map(not_, statuses)))
         full = _full_keys(table)
@@ -140,7 +139,7 @@ class Replay:
         orphans, duplicates, failed, valid, wr_of = [], [], [], [], []
         joined_bytes = defaultdict(int)
         dev, size = table["dev"], table["bytes"]
-        statuses = iter(log.table(CQE)["status"])
+        statuses = iter(log.column(CQE, "status"))
         index = 0
         for kind, key in zip(seq_kind, zip(seq_ctx, seq_cq, seq_qpn, seq_wr_id)):
             if kind == WR:
@@ -175,29 +174,32 @@ class Replay:
 
     def _against_ledger(self, table, wrs):
         """WRs the ledger does not list, or lists differently (first few), and ledger WRs never seen;
-        returns the parent of each logged WR (None: not listed)."""
+        returns the parent of each logged WR (None: not listed). ``wrs``: the ledger's WR columns."""
         qpns, wr_ids, sizes = table["qpn"], table["wr_id"], table["bytes"]
         self.wrs, self.bytes, self.devices = len(qpns), sum(sizes), set(table["dev"])
         ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
         # The same WRs in the same order (an engine lists them as it posts them): compared column by
         # column, no key built.
-        if len(wrs) == len(qpns) and all(list(map(itemgetter(name), wrs)) == table[name] for name in _FIELDS) and \
-                list(map(itemgetter("context"), wrs)) == ctxs and list(map(itemgetter("cq"), wrs)) == cqs:
+        if all(wrs[name] == table[name] for name in _FIELDS) and wrs["context"] == ctxs and wrs["cq"] == cqs:
             self.unlisted, self.differing, self.missing = [], [], []
-            return list(map(itemgetter("parent"), wrs))
+            return wrs["parent"]
         seen = list(zip(qpns, wr_ids))
-        listed = dict(zip(map(_SHORT, wrs), wrs))
+        listed = dict(zip(zip(wrs["qpn"], wrs["wr_id"]), range(len(wrs["qpn"]))))
         self.unlisted = list(islice(filterfalse(listed.__contains__, seen), MAX_PROBLEMS_SHOWN))
         self.differing = []
         for entry in zip(qpns, wr_ids, sizes, table["opcode"], ctxs, cqs):
-            wr = listed.get(entry[:2])
-            if wr is not None and entry[2:] != (wr["bytes"], wr["opcode"], wr["context"], wr["cq"]):
+            at = listed.get(entry[:2])
+            if at is None:
+                continue
+            wr = {name: wrs[name][at] for name in ("bytes", "opcode", "context", "cq")}
+            if entry[2:] != (wr["bytes"], wr["opcode"], wr["context"], wr["cq"]):
                 event = dict(zip(("qpn", "wr_id", "bytes", "opcode", "ctx", "cq"), entry))
                 self.differing.append((entry[:2], wr, event))
                 if len(self.differing) == MAX_PROBLEMS_SHOWN:
                     break
         self.missing = sorted(set(listed).difference(seen))
-        return [None if wr is None else wr["parent"] for wr in map(listed.get, seen)]
+        parent = wrs["parent"]
+        return [None if at is None else parent[at] for at in map(listed.get, seen)]
 
 
 def _full_keys(table):
@@ -215,38 +217,74 @@ def _shown(keys):
 _IS_WR = bytes(1 if byte == WR else 0 for byte in range(256))
 _IS_CQE = bytes(1 if byte == CQE else 0 for byte in range(256))
 _IS_DONE = bytes(1 if byte in (CQE, WITHHELD) else 0 for byte in range(256))
-_DELTA = bytes(2 if byte == WR else 0 for byte in range(256))  # minus one: +1 for a WR, -1 for a completion
 
 
 def _texts(column):
-    """Contexts or CQs as the ledger names them (the JSON format's pointer text)."""
+    """Contexts or CQs as the ledger names them (the JSON format's pointer text): a process has few,
+    so each distinct pointer is rendered once."""
     if column and isinstance(column[0], int):
-        return [pointer_text(value) for value in column] if 0 in column else list(map(hex, column))
+        text = {value: pointer_text(value) for value in dict.fromkeys(column)}
+        return list(map(text.__getitem__, column))
     return column
 
 
 def _merge(seq_kind, wr_values, done_values):
-    """One value per flow event: the WRs' in order at WR events, the completions' at the others."""
-    merged = [None] * len(seq_kind)
-    for values, mask in ((wr_values, _IS_WR), (done_values, _IS_DONE)):
-        for at, value in zip(compress(range(len(seq_kind)), seq_kind.translate(mask)), values):
-            merged[at] = value
-    return merged
+    """One value per flow event: the WRs' in order at WR events, the completions' at the others (each
+    event takes the next value of its kind's iterator, in C)."""
+    done = iter(done_values)
+    sources = {WR: iter(wr_values), CQE: done, WITHHELD: done}
+    return list(map(next, map(sources.__getitem__, seq_kind)))
 
 
-def _most_wrs(seq_kind, seq_qpn):
-    """Most WRs in flight per QPN when every completion ends one: a running sum per QPN, in C."""
-    deltas = list(map(sub, seq_kind.translate(_DELTA), repeat(1)))
-    return {qpn: max(accumulate(compress(deltas, map(eq, seq_qpn, repeat(qpn))))) for qpn in set(seq_qpn)}
+def _in_flight_healthy(seq_kind, seq_qpn, seq_parent):
+    """(most WRs, most distinct parents) in flight per QPN of a log whose every completion ends one WR
+    of its QP: the events of each QP, in order, walked once (``_on_one_qp``)."""
+    is_wr = seq_kind.translate(_IS_WR)
+    qpns = set(seq_qpn)
+    most_wrs, most_parents = {}, {}
+    for qpn in qpns:
+        if len(qpns) == 1:
+            mine = (is_wr, seq_parent)
+        else:
+            mask = list(map(eq, seq_qpn, repeat(qpn)))
+            mine = (bytes(compress(is_wr, mask)), list(compress(seq_parent, mask)))
+        most_wrs[qpn], most_parents[qpn] = _on_one_qp(*mine)
+    return most_wrs, most_parents
+
+
+def _on_one_qp(is_wr, parents):
+    """(most WRs, most distinct parents) in flight at once on one QP: its events in order (``is_wr`` 1 for a
+    WR, 0 for a completion) and each event's parent (None: a WR the ledger does not list)."""
+    count = dict.fromkeys(parents, 0)
+    wrs = most_wrs = distinct = most = 0
+    for wr, parent in zip(is_wr, parents):
+        if wr:
+            wrs += 1
+            if wrs > most_wrs:  # noqa: PLR1730 - max() costs a call an event
+                most_wrs = wrs
+            if parent is None:
+                continue
+            held = count[parent]
+            count[parent] = held + 1
+            if not held:
+                distinct += 1
+                if distinct > most:  # noqa: PLR1730
+                    most = distinct
+        else:
+            wrs -= 1
+            if parent is None:
+                continue
+            held = count[parent]
+            count[parent] = held - 1
+            if held == 1:
+                distinct -= 1
+    return most_wrs, most
 
 
 def _most_parents(seq_kind, seq_qpn, seq_parent, valid):
     """Most distinct parents with a WR in flight per QPN (events not ``valid`` skipped, and events of WRs
     the ledger does not list: no parent)."""
-    seq_parent = list(seq_parent)
-    keep = list(map(is_not, seq_parent, repeat(None)))
-    if valid is not None:
-        keep = list(map(and_, keep, valid))
+    keep = list(map(and_, map(is_not, seq_parent, repeat(None)), valid))
     parents = dict.fromkeys(compress(seq_qpn, seq_kind.translate(_IS_WR)), 0)  # every QPN with a WR
     top = dict(parents)
     count = {}

@@ -10,7 +10,9 @@ in a consistent defect, so they are never held against each other alone.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
+from itertools import compress, repeat
+from operator import add, eq, itemgetter, mul
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
@@ -18,6 +20,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     MAX_PROBLEMS_SHOWN,
     enabled_rails,
     rounds,
+    wr_rows,
 )
 
 OPCODES = {"read": "RDMA_READ", "write": "RDMA_WRITE"}
@@ -69,38 +72,61 @@ def check_slicing(case):
     block, expected = profile["block"], case.workload["wrs_per_round"]
     for role, generation, rnd, where in rounds(case, ("requester",)):
         label = f"g{generation} round {rnd['round']}"
-        if len(rnd["wrs"]) != expected:
-            problems.append((f"{label}: {len(rnd['wrs'])} payload WRs, expected {expected} "
+        wrs = rnd["wrs"]
+        if len(wrs["wr_id"]) != expected:
+            problems.append((f"{label}: {len(wrs['wr_id'])} payload WRs, expected {expected} "
                              f"({profile['parents']} parents x {len(sizes)} slices)", f"{where}.wrs",
-                             {"expected": expected, "observed": len(rnd["wrs"])}))
+                             {"expected": expected, "observed": len(wrs["wr_id"])}))
         local = _region_offsets(rnd)
         peer = _peer_round(case, role, generation, rnd["round"])
         remote = _region_offsets(peer) if peer else {}
-        by_parent = defaultdict(lambda: defaultdict(list))
-        for wr in rnd["wrs"]:
-            by_parent[wr["parent"]][wr["slice"]].append(wr)
-        stray = sorted(p for p in by_parent if not 0 <= p < profile["parents"])
+        if _sliced_as_derived(wrs, profile["parents"], sizes, block, local, remote):
+            continue
+        stray = sorted(set(wrs["parent"]).difference(range(profile["parents"])))
         if stray:
             problems.append((f"{label}: WRs of parents {stray[:MAX_PROBLEMS_SHOWN]} the profile does not have",
                              f"{where}.wrs"))
-        for parent in range(profile["parents"]):
-            found = _parent_slicing(by_parent.get(parent, {}), sizes, block, local.get(parent), remote.get(parent))
+        positions = range(len(wrs["parent"]))
+        for parent in range(profile["parents"]):  # only when something is wrong: the first parent that shows it
+            mine = list(compress(positions, map(eq, wrs["parent"], repeat(parent))))
+            found = _parent_slicing(wrs, mine, sizes, block, local.get(parent), remote.get(parent))
             if found:
                 problems.append((f"{label} parent {parent}: {found}", f"{where}.wrs"))
                 break  # one parent names the fault; the others usually repeat it
     return problems
 
 
-def _parent_slicing(slices, sizes, block, local, remote):
-    """What is wrong with one parent's WRs ({slice: [wr]}), or None."""
-    numbers = sorted(slices)
-    twice = sorted(s for s, wrs in slices.items() if len(wrs) > 1)
-    if numbers != list(range(len(sizes))) or twice:
-        got = [wr["bytes"] for s in numbers for wr in slices[s]]
-        return (f"slices {numbers} (twice: {twice}) of {_runs(got)}, expected each of 0..{len(sizes) - 1} "
-                f"exactly once, {_runs(sizes)}")
-    for number in numbers:
-        (wr,) = slices[number]
+def _sliced_as_derived(wrs, parents, sizes, block, local, remote):
+    """True when every parent's slices are each listed exactly once, of their derived size, at their
+    offsets on both sides: whole-column comparisons (the common case; any doubt takes the walk)."""
+    parent_col, slice_col, count = wrs["parent"], wrs["slice"], len(sizes)
+    if len(parent_col) != parents * count or not parent_col:
+        return False
+    if min(parent_col) < 0 or max(parent_col) >= parents or min(slice_col) < 0 or max(slice_col) >= count:
+        return False
+    keys = set(map(add, map(mul, parent_col, repeat(count)), slice_col))
+    if len(keys) != len(parent_col):  # a (parent, slice) twice, so another never
+        return False
+    if None in (local.get(p) for p in range(parents)) or None in (remote.get(p) for p in range(parents)):
+        return False
+    steps = list(map(mul, slice_col, repeat(block)))
+    return (list(map(sizes.__getitem__, slice_col)) == wrs["bytes"]
+            and list(map(add, map(local.__getitem__, parent_col), steps)) == wrs["local_offset"]
+            and list(map(add, map(remote.__getitem__, parent_col), steps)) == wrs["remote_offset"])
+
+
+def _parent_slicing(wrs, mine, sizes, block, local, remote):
+    """What is wrong with one parent's WRs (``mine``: their indices in the round's WR columns), or None."""
+    numbers = list(map(wrs["slice"].__getitem__, mine))
+    if sorted(numbers) != list(range(len(sizes))):
+        seen = sorted(set(numbers))
+        twice = sorted(number for number, many in Counter(numbers).items() if many > 1)
+        got = list(map(wrs["bytes"].__getitem__, mine))
+        return (f"{len(numbers)} slices {_first(seen)} (twice: {_first(twice)}) of {_runs(got)}, expected each "
+                f"of 0..{len(sizes) - 1} exactly once, {_runs(sizes)}")
+    for wr in sorted(wr_rows(wrs, mine, ("wr_id", "slice", "bytes", "local_offset", "remote_offset")),
+                     key=itemgetter("slice")):
+        number = wr["slice"]
         want = {"bytes": sizes[number],
                 "local_offset": None if local is None else local + number * block,
                 "remote_offset": None if remote is None else remote + number * block}
@@ -110,6 +136,12 @@ def _parent_slicing(slices, sizes, block, local, remote):
     return None
 
 
+def _first(numbers):
+    """A list of numbers as text, the first few of a long one."""
+    shown = numbers[:2 * MAX_PROBLEMS_SHOWN]
+    return f"{shown}" if len(shown) == len(numbers) else f"{str(shown)[:-1]}, ... ({len(numbers)})]"
+
+
 @rule("counters.bytes", "counters", "public bytes per round equal the derived workload", witness=("profile",))
 def check_byte_count(case):
     """Public bytes and the bytes of the listed WRs equal the derived workload (native bytes are
@@ -117,7 +149,7 @@ def check_byte_count(case):
     problems = []
     expected = case.workload["bytes_per_round"]
     for _role, generation, rnd, where in rounds(case, ("requester",)):
-        figures = {"public": rnd["counters"]["public"]["bytes"], "listed WRs": sum(wr["bytes"] for wr in rnd["wrs"])}
+        figures = {"public": rnd["counters"]["public"]["bytes"], "listed WRs": sum(rnd["wrs"]["bytes"])}
         wrong = {k: v for k, v in figures.items() if v != expected}
         if wrong:
             problems.append((f"g{generation} round {rnd['round']}: bytes {wrong}, expected {expected}", where,
@@ -130,9 +162,8 @@ def check_rails_used(case):
     problems = []
     enabled = enabled_rails(case)
     for _role, generation, rnd, where in rounds(case, ("requester",)):
-        used = defaultdict(int)
-        for wr in rnd["wrs"]:
-            used[wr["rail"]] += wr["bytes"]
+        rail_col, sizes = rnd["wrs"]["rail"], rnd["wrs"]["bytes"]
+        used = {rail: sum(compress(sizes, map(eq, rail_col, repeat(rail)))) for rail in set(rail_col)}
         idle = sorted(r for r in enabled if not used.get(r))
         stray = sorted(r for r in used if r not in enabled)
         if idle or stray:
@@ -167,8 +198,13 @@ def check_placement(case):
                              f"{where}.parents"))
             continue
         qpn_of = {p["parent"]: p.get("qpn") for p in rnd["parents"]}
-        astray = [wr["wr_id"] for wr in rnd["wrs"]
-                  if (wr["rail"], wr["lane"]) != placement.get(wr["parent"]) or wr["qpn"] != qpn_of.get(wr["parent"])]
+        wrs = rnd["wrs"]
+        wanted = {"rail": {p: at[0] for p, at in placement.items()}, "lane": {p: at[1] for p, at in placement.items()},
+                  "qpn": qpn_of}
+        astray = []
+        if any(list(map(want.get, wrs["parent"])) != wrs[name] for name, want in wanted.items()):
+            astray = [wrs["wr_id"][i] for i, wr in enumerate(zip(wrs["rail"], wrs["lane"], wrs["qpn"], wrs["parent"]))
+                      if wr[:2] != placement.get(wr[3]) or wr[2] != qpn_of.get(wr[3])]
         if astray:
             problems.append((f"{label}: WRs {astray[:MAX_PROBLEMS_SHOWN]} not on their parent's rail, lane and QP",
                              f"{where}.wrs"))
@@ -193,7 +229,7 @@ def check_wr_count(case):
         figures = {
             "native WRs": native["wrs"],
             "native CQEs": native["cqes"],
-            "successful completions listed": sum(1 for wr in rnd["wrs"] if wr["status"] == "SUCCESS"),
+            "successful completions listed": rnd["wrs"]["status"].count("SUCCESS"),
         }
         wrong = {k: v for k, v in figures.items() if v != expected}
         rails = {"WRs": _per_rail(native["per_rail"], "wrs"), "CQEs": _per_rail(native["per_rail"], "cqes")}
@@ -240,7 +276,7 @@ def check_opcodes(case):
                              f"{path}#qps"))
         for index, rnd in enumerate(ledger["rounds"]):
             usage = [u["qpn"] for u in rnd["qp_usage"] if u.get("operation") != operation]
-            wrs = sorted({wr["opcode"] for wr in rnd["wrs"]} - {opcode})
+            wrs = sorted(set(rnd["wrs"]["opcode"]) - {opcode})
             if usage or wrs:
                 problems.append((f"{role} g{generation} round {rnd['round']}: opcodes {wrs} and QP usage of "
                                  f"QPs {usage[:MAX_PROBLEMS_SHOWN]} are not the profile's {opcode}",

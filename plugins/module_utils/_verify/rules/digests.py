@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import compress, repeat
-from operator import eq, itemgetter
+from operator import eq
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import content
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import NOT_HASHED
@@ -28,7 +28,6 @@ _OBS = ("ledgers", "observers")
 # not transitive, so each digest rule names them all).
 _PLACEMENT = ("ledger.rounds", "layout.regions", "counters.slicing", "accounting.join", "accounting.ledger_join")
 LEAD_CHANGED, TRAIL_CHANGED = 1, 2  # data flags: a guard window changed while the range landed
-_SHORT = itemgetter("qpn", "wr_id")
 
 
 @applies("modes loading the accounting observer, READ (the requester holds the destination)")
@@ -55,7 +54,7 @@ class Witnessed:
         self.flags = data["flags"]
         round_of = {}
         for rnd in ledger["rounds"]:
-            round_of.update(dict.fromkeys(map(_SHORT, rnd["wrs"]), rnd["round"]))
+            round_of.update(dict.fromkeys(zip(rnd["wrs"]["qpn"], rnd["wrs"]["wr_id"]), rnd["round"]))
         rounds = list(map(round_of.get, zip(data["qpn"], data["wr_id"])))
         header = self.log.header
         if header.get("digest") != "sha256":
@@ -82,19 +81,24 @@ class Witnessed:
             self.parents, self.payload), content.GUARD_BYTES
         found = self.problems[number]
         per_parent = defaultdict(list)
+        offs, lens, all_flags, mr_lens = data["off"], data["len"], data["flags"], data["mr_len"]
+
+        def where(i):  # only for a range found wrong
+            return f"round {number}: range at MR offset {offs[i]} ({lens[i]} B, wr_id {data['wr_id'][i]})"
+
         for i in mine:
-            off, length, flags, mr_len = data["off"][i], data["len"][i], data["flags"][i], data["mr_len"][i]
-            where = f"round {number}: range at MR offset {off} ({length} B, wr_id {data['wr_id'][i]})"
+            off, length, flags = offs[i], lens[i], all_flags[i]
             if flags & NOT_HASHED:
-                found.append(f"{where} was not hashed ({'its lkey named no MR' if flags & 4 else 'outside its MR'})")
+                found.append(f"{where(i)} was not hashed ({'its lkey named no MR' if flags & 4 else 'outside its MR'})")
                 continue
-            if mr_len != arena:
-                found.append(f"{where} is in an MR of {mr_len} B, the arena is {arena} B (parents x (payload + "
-                             f"2 x {guard} B))")
+            if mr_lens[i] != arena:
+                found.append(f"{where(i)} is in an MR of {mr_lens[i]} B, the arena is {arena} B (parents x (payload "
+                             f"+ 2 x {guard} B))")
                 continue
-            parent, start = off // stride, off % stride - guard
+            parent, start = divmod(off, stride)
+            start -= guard
             if parent >= self.parents or start < 0 or start + length > self.payload:
-                found.append(f"{where} is not inside one parent's payload (parent p at p x {stride} + {guard})")
+                found.append(f"{where(i)} is not inside one parent's payload (parent p at p x {stride} + {guard})")
                 continue
             per_parent[parent].append((start, length, i))
         slices = {}

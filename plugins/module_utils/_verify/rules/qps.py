@@ -64,7 +64,7 @@ def check_qp_reuse(case):
                         f"{path}#rounds[{index}]",
                     )
                 )
-            used = {wr["qpn"] for wr in rnd["wrs"]} | {p["qpn"] for p in rnd["parents"] if "qpn" in p}
+            used = set(rnd["wrs"]["qpn"]) | {p["qpn"] for p in rnd["parents"] if "qpn" in p}
             stray = sorted(used - live, key=str)
             if stray:
                 problems.append(

@@ -28,3 +28,5 @@ declare("receipt.schema", "receipts", "every receipt carries the documented sche
         witness=_FORMAT)
 declare("receipt.truncated", "receipts", "no receipt is a checkpoint or cut short", witness=_FORMAT)
 declare("receipt.shape", "receipts", "every receipt has the documented fields and types", witness=_FORMAT)
+declare("receipt.format", "receipts", "every observer log's name says its format (observer-<tool>.bin: binary "
+        "records, .jsonl: JSON lines), and one log per tool", witness=_FORMAT)

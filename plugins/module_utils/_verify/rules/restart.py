@@ -238,8 +238,8 @@ def _stray_wrs(case, survivor):
     log = case.observer_logs.get((survivor, 1, "accounting"))
     if log is None:
         return None, "no accounting observer log of the survivor (the profile model loads one)"
-    listed = {(wr["qpn"], wr["wr_id"]) for g in case.generations() for rnd in case.ledger(survivor, g)["rounds"]
-              for wr in rnd["wrs"]}
+    listed = {key for g in case.generations() for rnd in case.ledger(survivor, g)["rounds"]
+              for key in zip(rnd["wrs"]["qpn"], rnd["wrs"]["wr_id"])}
     wrs = log.wrs()
     seen = list(zip(wrs["qpn"], wrs["wr_id"]))
     stray = [key for key in seen if key not in listed]

@@ -64,7 +64,7 @@ class Run:
         return found if wr_id is None else found[0]
 
     def case(self, tmp_path, fmt="binary"):
-        path = tmp_path / f"observer-accounting-{fmt}.jsonl"
+        path = tmp_path / observer_log.file_name("accounting", fmt)
         summary = {"ev": "summary", "accepted_wrs": 0, "joined": 0, "unjoined": 0, "max_inflight_per_qp": {},
                    "max_outstanding_parents_per_qp": {}}
         path.write_bytes(observer_log.encode([self.header, *self.events, summary], fmt))
@@ -75,8 +75,9 @@ class Run:
         workload = {"generations": 1, "observers": [{"tool": "accounting", "role": "requester"}]}
         case = CaseReceipts(case_id="hand", case_dir=str(tmp_path), profile=profile, workload=workload)
         seeds = [{"round": r["round"], "input_seed": s} for r, s in zip(self.rounds, self.seeds)]
+        columns = [{key: [wr[key] for wr in r["wrs"]] for key in ("qpn", "wr_id", "parent")} for r in self.rounds]
         case.ledgers[("requester", 1)] = Receipt(str(tmp_path / "requester.json"), data={
-            "rounds": [dict(r, input_seed=s["input_seed"]) for r, s in zip(self.rounds, seeds)]})
+            "rounds": [dict(r, input_seed=s["input_seed"], wrs=wrs) for r, s, wrs in zip(self.rounds, seeds, columns)]})
         case.ledgers[("source", 1)] = Receipt(str(tmp_path / "source.json"), data={"rounds": seeds})
         case.observer_logs[("requester", 1, "accounting")] = log
         return case

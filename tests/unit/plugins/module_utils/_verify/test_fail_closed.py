@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import observer_log
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import render
@@ -119,7 +120,7 @@ def test_a_case_given_to_verify_must_be_planned(run):
 
 def test_junit_counts_failures_skips_and_times(run):
     _plan(run)
-    (run / "cases" / "ra" / "requester" / "g1" / "observer-accounting.jsonl").unlink()
+    observer_log.find(run / "cases" / "ra" / "requester" / "g1").unlink()
     verdict = verify_run(str(run), write=False)
     junit = ET.fromstring(render(verdict)["junit"])
     suites = {suite.get("name"): suite for suite in junit}

@@ -17,6 +17,7 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import pytest
+from helpers import observer_log
 from helpers.receipts import edit_json, edit_lines, reorder
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
@@ -145,7 +146,7 @@ def run_json_edited(run_dir):
 
 def observer_of_another_process(run_dir):
     """The observer log is another process's (its header names that pid): the first line rewritten."""
-    path = _case(run_dir) / "requester" / "g1" / "observer-accounting.jsonl"
+    path = observer_log.find(_case(run_dir) / "requester" / "g1")
     data = path.read_bytes()
     header, rest = data.split(b"\n", 1)
     value = json.loads(header)

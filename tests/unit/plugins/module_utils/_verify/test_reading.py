@@ -14,6 +14,7 @@ import signal
 import stat
 
 import pytest
+from helpers import observer_log
 from helpers.sim_pair import RAIL_ACCOUNTING, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import reading
@@ -63,7 +64,7 @@ def _journal(run_dir):
 
 
 def _observer_log(run_dir):
-    return run_dir / "cases" / "ra" / "requester" / "g1" / "observer-accounting.jsonl"
+    return observer_log.find(run_dir / "cases" / "ra" / "requester" / "g1")
 
 
 def _verdict(run_dir):
@@ -215,7 +216,9 @@ def test_nesting_is_linear_in_c_for_a_large_log():
 
 def test_a_receipt_of_too_many_values_is_oversize_before_it_is_parsed(run):
     # 3 bytes a record but 64 B of Python each: the values cap, not the bytes, bounds the memory.
-    _observer_log(run).write_bytes(b"{}\n" * (reading.MAX_VALUES + 1))
+    binary = _observer_log(run)
+    binary.unlink()  # JSON lines, under the name that says so
+    (binary.parent / observer_log.file_name("accounting", "json")).write_bytes(b"{}\n" * (reading.MAX_VALUES + 1))
     before = _max_rss_mib()
     verdict = _verdict(run)
     assert verdict["failed_codes"] == ["receipt.oversize"]
@@ -224,8 +227,8 @@ def test_a_receipt_of_too_many_values_is_oversize_before_it_is_parsed(run):
 
 
 def test_the_case_budget_bounds_all_its_receipts_together(run):
-    budget = reading.Budget(size=100_000, values=10**9)
-    ledger = str(_ledger(run))  # about 70 kB: the first read fits, the second does not
+    ledger = str(_ledger(run))
+    budget = reading.Budget(size=os.path.getsize(ledger) * 3 // 2, values=10**9)  # the first read fits, not a second
     assert reading.read_bounded(ledger, str(run), reading.MAX_DOCUMENT_BYTES, budget)[1] is None
     problem = reading.read_bounded(ledger, str(run), reading.MAX_DOCUMENT_BYTES, budget)[1]
     assert problem.code == "receipt.oversize" and "budget" in problem.message

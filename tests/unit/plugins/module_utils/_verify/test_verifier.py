@@ -35,7 +35,9 @@ def healthy(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("healthy") / "run"
     run_pair(run_dir, "ra", RAIL_ACCOUNTING)
     run_pair(run_dir, "ih", WRITE_EVENTS_HOST)
-    run_pair(run_dir, "rad", dict(RAIL_ACCOUNTING, discovery="auto"))
+    # The gate's observer logs are binary records (observer-<tool>.bin); JSON lines (.jsonl, for
+    # debugging) are read as well: the discovery case has them.
+    run_pair(run_dir, "rad", dict(RAIL_ACCOUNTING, discovery="auto"), log_format="json")
     return run_dir
 
 
@@ -85,6 +87,15 @@ def _noop_rewrite(case_dir):
         lines = [reorder(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
         path.write_text("".join(json.dumps(dict(line, x_extra=[None, "]}{"]), separators=(", ", " : ")) + "\n"
                                 for line in lines))
+    for path in sorted(case_dir.rglob("*.bin")):  # a binary observer log: its JSON header line
+        header, body = path.read_bytes().split(b"\n", 1)
+        header = dict(reorder(json.loads(header)), x_extra=[None, "]}{"])
+        path.write_bytes(json.dumps(header, separators=(", ", " : ")).encode() + b"\n" + body)
+
+
+def test_the_healthy_run_has_logs_in_both_formats(healthy):
+    logs = sorted(path.name for path in healthy.rglob("observer-*"))
+    assert logs == ["observer-accounting.bin", "observer-accounting.jsonl"]  # ra (the gate's), rad (JSON lines)
 
 
 @pytest.mark.parametrize("case_id", ["ra", "ih", "rad"])
@@ -135,7 +146,7 @@ def _requester_ledger(case_dir):
 
 
 def _observer_log(case_dir):
-    return case_dir / "requester" / "g1" / "observer-accounting.jsonl"
+    return observer_log.find(case_dir / "requester" / "g1")
 
 
 def _first_round(ledger):
@@ -244,6 +255,8 @@ MUTATIONS = {
     "receipt.schema": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x.update(version=99))),
     "receipt.truncated": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: x.update(status="running"))),
     "receipt.shape": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x).pop("drain"))),
+    # binary records under the JSON-lines name
+    "receipt.format": ("ra", lambda d: _observer_log(d).rename(_observer_log(d).with_suffix(".jsonl"))),
     "case.meta": ("ra", lambda d: (d / "case.json").unlink()),
     "case.missing": ("ra", shutil.rmtree),
     "run.plan": ("ra", lambda d: (d.parent.parent / "run.json").unlink()),
@@ -265,11 +278,11 @@ MUTATIONS = {
     "counters.bytes": ("ra", lambda d: edit_json(_requester_ledger(d), lambda x: (
         _first_round(x)["counters"]["public"].update(bytes=1),
         _first_round(x)["counters"]["native"].update(bytes=1)))),
-    "accounting.ledger_join": ("ra", lambda d: edit_lines(_observer_log(d), lambda lines: [
+    "accounting.ledger_join": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda lines: [
         dict(line, opcode="RDMA_WRITE") if line.get("ev") == "wr" and line["wr_id"] == 1 else line
         for line in lines])),
-    "accounting.native_bytes": ("ra", lambda d: edit_lines(_observer_log(d), _swap_dev)),
-    "accounting.sq_depth": ("ra", lambda d: edit_lines(_observer_log(d), _completions_last)),
+    "accounting.native_bytes": ("ra", lambda d: observer_log.edit(_observer_log(d), _swap_dev)),
+    "accounting.sq_depth": ("ra", lambda d: observer_log.edit(_observer_log(d), _completions_last)),
     "digests.coverage": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda events: [
         e for e in events if not (e.get("ev") == "data" and e["wr_id"] == 7)])),
     "digests.content": ("ra", lambda d: observer_log.edit(_observer_log(d), lambda events: [
@@ -330,7 +343,7 @@ def test_a_partial_run_is_incomplete(healthy, tmp_path):
 
 def test_observer_log_without_summary_is_truncated(healthy, tmp_path):
     run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
-    edit_lines(_observer_log(case_dir), lambda lines: lines[:-1])
+    observer_log.edit(_observer_log(case_dir), lambda lines: lines[:-1])
     assert _failed(run_dir) == ["receipt.truncated"]
 
 
@@ -366,7 +379,7 @@ def _case(case_dir):
 def test_exact_counts_sees_a_missing_parent_in_the_observer_log(healthy, tmp_path):
     _, case_dir = _copy_case(healthy, tmp_path, "ra")
     assert rules.accounting.check_observer_exact_counts(_case(case_dir)) == []
-    edit_lines(_observer_log(case_dir), lambda lines: [line for line in lines if line.get("wr_id") != 1])
+    observer_log.edit(_observer_log(case_dir), lambda lines: [line for line in lines if line.get("wr_id") != 1])
     problems = rules.accounting.check_observer_exact_counts(_case(case_dir))
     assert len(problems) == 1 and "191 payload WRs" in problems[0][0]
 
@@ -374,11 +387,95 @@ def test_exact_counts_sees_a_missing_parent_in_the_observer_log(healthy, tmp_pat
 def test_both_rails_sees_a_rail_without_observed_payload(healthy, tmp_path):
     _, case_dir = _copy_case(healthy, tmp_path, "ra")
     assert rules.accounting.check_observer_rails(_case(case_dir)) == []
-    devs = sorted({json.loads(x).get("dev") for x in _observer_log(case_dir).read_text().splitlines()} - {None})
-    edit_lines(_observer_log(case_dir), lambda lines: [dict(line, dev=devs[0]) if "dev" in line else line
+    devs = sorted({event.get("dev") for event in observer_log.read(_observer_log(case_dir))} - {None})
+    observer_log.edit(_observer_log(case_dir), lambda lines: [dict(line, dev=devs[0]) if "dev" in line else line
                                                         for line in lines])
     problems = rules.accounting.check_observer_rails(_case(case_dir))
     assert len(problems) == 1 and "[1]" in problems[0][0]
+
+
+def _json_lines_named_bin(case_dir):
+    """A JSON-lines log under the binary name."""
+    path = _observer_log(case_dir)
+    assert path.suffix == ".bin"
+    path.write_bytes(observer_log.encode(observer_log.read(path), "json"))
+
+
+FORMAT_MISMATCHES = {
+    "binary records named .jsonl": (lambda d: _observer_log(d).rename(_observer_log(d).with_suffix(".jsonl")),
+                                    "header format 'binary', but the file name says 'json'"),
+    "JSON lines named .bin": (_json_lines_named_bin, "header format 'json', but the file name says 'binary'"),
+    "both names": (lambda d: shutil.copy(_observer_log(d), _observer_log(d).with_suffix(".jsonl")),
+                   "both observer-accounting.bin and observer-accounting.jsonl are present"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_MISMATCHES))
+def test_an_observer_log_whose_name_and_format_disagree_is_refused(healthy, tmp_path, name):
+    change, words = FORMAT_MISMATCHES[name]
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    change(case_dir)
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["receipt.format"]
+    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "receipt.format"]
+    assert words in found["message"], found["message"]
+
+
+def test_a_missing_observer_log_names_both_names(healthy, tmp_path):
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    _observer_log(case_dir).unlink()
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["receipt.missing"]
+    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "receipt.missing"]
+    assert "neither observer-accounting.bin and observer-accounting.jsonl" in found["message"]
+
+
+def _column(name, change):
+    """Edit column ``name`` of round 1's WRs of the requester's ledger with ``change(columns)``."""
+    return lambda d: edit_json(_requester_ledger(d), lambda x: change(_first_round(x)["wrs"], name))
+
+
+# A round's WRs are columns (docs/receipts.md 1.6), checked whole: each bad shape names the round,
+# the column, the WR and the value.
+BAD_COLUMNS = {
+    "ragged": (_column("bytes", lambda c, n: c[n].pop()), "columns of different lengths"),
+    "a string in an int column": (_column("qpn", lambda c, n: c[n].__setitem__(3, "4660")),
+                                  "$.rounds[0].wrs.qpn[3]: '4660' is not int >= 0"),
+    "a bool in an int column": (_column("parent", lambda c, n: c[n].__setitem__(0, True)),
+                                "$.rounds[0].wrs.parent[0]: True is not int >= 0"),
+    "a negative offset": (_column("local_offset", lambda c, n: c[n].__setitem__(5, -4096)),
+                          "$.rounds[0].wrs.local_offset[5]: -4096 is not int >= 0"),
+    "a null where null is not allowed": (_column("posted_seq", lambda c, n: c[n].__setitem__(1, None)),
+                                         "$.rounds[0].wrs.posted_seq[1]: None is not int >= 0"),
+    "an int in a string column": (_column("context", lambda c, n: c[n].__setitem__(2, 5)),
+                                  "$.rounds[0].wrs.context[2]: 5 is not str"),
+    "an unknown column": (_column("x_lane2", lambda c, n: c.__setitem__(n, list(c["lane"]))),
+                          "columns [] missing, ['x_lane2'] unknown"),
+    "a missing column": (_column("status", lambda c, n: c.pop(n)), "columns ['status'] missing, [] unknown"),
+    "a column that is not a list": (_column("bytes", lambda c, n: c.__setitem__(n, 64)),
+                                    "$.rounds[0].wrs.bytes: expected a list (one value per WR), found int"),
+    "WR objects instead of columns": (lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x).update(
+        wrs=[{"wr_id": 1}])), "$.rounds[0].wrs: expected dict, found list"),
+    "null instead of columns": (lambda d: edit_json(_requester_ledger(d), lambda x: _first_round(x).update(
+        wrs=None)), "$.rounds[0].wrs: expected the WR columns (an object), found NoneType"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_COLUMNS))
+def test_bad_wr_columns_are_a_coded_shape_failure(healthy, tmp_path, name):
+    change, words = BAD_COLUMNS[name]
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    change(case_dir)
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["receipt.shape"]
+    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "receipt.shape"]
+    assert words in found["message"], found["message"]
+
+
+def test_wr_columns_allow_null_only_for_a_completion_never_reaped(healthy, tmp_path):
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    edit_json(_requester_ledger(case_dir), lambda x: _first_round(x)["wrs"]["completed_seq"].__setitem__(0, None))
+    assert "receipt.shape" not in _failed(run_dir)
 
 
 # --- robustness ----------------------------------------------------------------------------------
