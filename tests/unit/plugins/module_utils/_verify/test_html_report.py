@@ -113,7 +113,7 @@ def test_plot_points_are_the_receipt_figures(broken):
     assert bars[("1", "0", "native")] != bars[("1", "0", "expected")]  # the skew is drawn, not smoothed
 
     # WRs in flight per QP: replayed here from the observer log's lines; the observer's own maxima agree.
-    events = observer_log.read(case_dir / "requester" / "g1" / "observer-accounting.jsonl")
+    events = observer_log.read(observer_log.find(case_dir / "requester" / "g1"))
     count, series = defaultdict(int), defaultdict(list)
     flow = [e for e in events if e.get("ev") in ("wr", "cqe", "withheld")]
     for index, event in enumerate(flow):
