@@ -73,7 +73,7 @@ def test_native_rail_accounting_passes(repo_root, ansible_env, lab, shipped, tmp
     assert plan["artifacts"]["observers"]["accounting"]["sha256"] == manifest["observers"]["accounting"]["sha256"]
     ledger = json.loads((run_dir / "cases" / "read-polling" / "requester" / "g1" / "ledger.json").read_text())
     assert (ledger["runner"]["kind"], ledger["status"], ledger["exit_code"]) == ("native", "complete", 0)
-    assert (run_dir / "cases" / "read-polling" / "requester" / "g1" / "observer-accounting.jsonl").stat().st_size
+    assert (run_dir / "cases" / "read-polling" / "requester" / "g1" / "observer-accounting.bin").stat().st_size
     assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
 
 

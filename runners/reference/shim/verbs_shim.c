@@ -35,6 +35,8 @@ static struct {
 	int (*destroy_qp)(struct ibv_qp *);
 	long (*provider_held)(const char *);
 	long long (*provider_counter)(const char *);
+	long long (*provider_ctx_counter)(struct ibv_context *, const char *);
+	long (*provider_qp_outstanding)(struct ibv_qp *);
 } V;
 
 static int err(void) { return errno ? errno : EIO; }
@@ -77,12 +79,24 @@ int orb_load(const char *target, char *msg, size_t msg_len)
 	/* The loopback provider's own counters (docs/provider.md); absent on rdma-core. */
 	*(void **)&V.provider_held = dlsym(h, "orbite_provider_held");
 	*(void **)&V.provider_counter = dlsym(h, "orbite_provider_counter");
+	/* Its per-context counters and per-QP send-queue slots: the second witnesses of a round's
+	 * device figures and of its drain (absent on rdma-core: the ledger then says so). */
+	*(void **)&V.provider_ctx_counter = dlsym(h, "orbite_provider_ctx_counter");
+	*(void **)&V.provider_qp_outstanding = dlsym(h, "orbite_provider_qp_outstanding");
 	return 0;
 }
 
 int orb_has_provider_counters(void) { return V.provider_held && V.provider_counter; }
 long orb_provider_held(const char *kind) { return V.provider_held ? V.provider_held(kind) : 0; }
 long long orb_provider_counter(const char *name) { return V.provider_counter ? V.provider_counter(name) : 0; }
+int orb_has_ctx_counters(void) { return V.provider_ctx_counter != NULL; }
+int orb_has_qp_outstanding(void) { return V.provider_qp_outstanding != NULL; }
+/* -1: no such counter (or no hook). */
+long long orb_provider_ctx_counter(void *ctx, const char *name)
+{
+	return V.provider_ctx_counter ? V.provider_ctx_counter(ctx, name) : -1;
+}
+long orb_provider_qp_outstanding(void *qp) { return V.provider_qp_outstanding ? V.provider_qp_outstanding(qp) : -1; }
 
 /* 0 and *ctx, ENODEV when the library lists no such device. */
 int orb_open_device(const char *name, void **ctx)

@@ -1,7 +1,7 @@
 //! The seeded content of a round (docs/content.md): arena layout, input stream, guards, poison,
 //! and the byte and guard checks of a destination region.
 
-use crate::hash::shake128;
+use crate::hash::{sha256_hex, shake128};
 use crate::json::Json;
 
 pub const GUARD: usize = 4096;
@@ -104,10 +104,17 @@ pub fn check_region(arena: &[u8], parent: usize, expected: &RoundInput, guard_se
         .with("mismatched_bytes", mismatched)
         .with("first_mismatch", first)
         .with("ok", mismatched == 0);
+    // The windows as they are after the round, hashed: the verifier recomputes what they must be
+    // from the round's guard seed with its own code (docs/content.md).
     let guard_check = Json::obj()
         .with("guard_bytes", GUARD)
         .with("leading_changed", lead)
         .with("trailing_changed", trail)
+        .with("leading_sha256", sha256_hex(&arena[off - GUARD..off]))
+        .with(
+            "trailing_sha256",
+            sha256_hex(&arena[off + payload..off + payload + GUARD]),
+        )
         .with("ok", lead == 0 && trail == 0);
     (byte_check, guard_check, mismatched == 0 && lead == 0 && trail == 0)
 }
@@ -115,7 +122,6 @@ pub fn check_region(arena: &[u8], parent: usize, expected: &RoundInput, guard_se
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::sha256_hex;
 
     #[test]
     fn documented_vectors() {
@@ -151,5 +157,11 @@ mod tests {
         let (_, guard, ok) = check_region(&arena, 1, &input, 7);
         assert!(!ok);
         assert_eq!(guard.get("trailing_changed"), Some(&Json::Int(1)));
+        let lead = sha256_hex(&guards(7, 1)[..GUARD]);
+        assert_eq!(guard.get("leading_sha256").and_then(Json::as_str), Some(lead.as_str()));
+        assert_ne!(
+            guard.get("trailing_sha256").and_then(Json::as_str),
+            Some(sha256_hex(&guards(7, 1)[GUARD..]).as_str())
+        );
     }
 }

@@ -26,6 +26,24 @@ const CQ_DEPTH: i32 = 256;
 const CTRL_BYTES: usize = 4096;
 const SPIN_EMPTY_POLLS: u32 = 2;
 const EVENT_GRACE_MS: i32 = 200;
+/// A round's WRs are written as columns (docs/receipts.md 1.6): one array per WR field, in post order.
+const WR_COLUMNS: [&str; 15] = [
+    "wr_id",
+    "parent",
+    "slice",
+    "rail",
+    "lane",
+    "qpn",
+    "context",
+    "cq",
+    "opcode",
+    "bytes",
+    "local_offset",
+    "remote_offset",
+    "status",
+    "posted_seq",
+    "completed_seq",
+];
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_CHECK_FAILED: i32 = 1;
@@ -221,17 +239,45 @@ struct Qp {
     record: Json,
 }
 
+/// The provider's per-context byte counters of each live context: (rail, DEVICE_COUNTERS values).
+type DeviceSnapshot = Vec<(usize, [i64; 4])>;
+
 #[derive(Default)]
 struct Round {
     no: i64,
     started: f64,
     provider_before: BTreeMap<&'static str, i64>,
+    /// the provider's counters per context (rail) when the round's window opens; None: no hook
+    device_before: Option<DeviceSnapshot>,
     native_before: Vec<[u64; 3]>,
     created: BTreeSet<u32>,
     seed: u64,
     origin: &'static str,
-    guard_seed: u64,
+    /// destination side only: the fresh guard seed of the round
+    guard_seed: Option<u64>,
     placement: Vec<(usize, usize, usize)>, // parent, rail, lane (source: from ROUND_BEGIN)
+    issued: Vec<usize>,                    // source: the grants ROUND_READY issued
+}
+
+/// WR records as the ledger's columns.
+fn wr_columns(wrs: &[Json]) -> Json {
+    let mut out = Json::obj();
+    for name in WR_COLUMNS {
+        let column: Vec<Json> = wrs.iter().map(|w| w.get(name).cloned().unwrap_or(Json::Null)).collect();
+        out.set(name, Json::Arr(column));
+    }
+    out
+}
+
+fn int_list(msg: &Json, key: &str) -> BTreeSet<usize> {
+    msg.get(key)
+        .and_then(Json::as_arr)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_int().and_then(|x| usize::try_from(x).ok()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub struct Engine {
@@ -253,6 +299,9 @@ pub struct Engine {
     seq: u64,
     defects: Vec<String>,
     provider: bool,
+    /// the library exports orbite_provider_ctx_counter / orbite_provider_qp_outstanding
+    ctx_counters: bool,
+    qp_outstanding: bool,
 }
 
 impl Engine {
@@ -280,6 +329,8 @@ impl Engine {
             next_wr_id: 0,
             seq: 0,
             provider: verbs::has_provider_counters(),
+            ctx_counters: verbs::has_ctx_counters(),
+            qp_outstanding: verbs::has_qp_outstanding(),
         };
         let (host, boot) = sysfs::host_identity(&e.case.root);
         e.doc.set("hostname", host);
@@ -287,7 +338,17 @@ impl Engine {
         e.doc.set("epoch", epoch);
         e.doc.set(
             "verbs_library",
-            Json::obj().with("path", library.0).with("sha256", library.1),
+            Json::obj()
+                .with("path", library.0)
+                .with("sha256", library.1)
+                // Which second witnesses the library offers (docs/runner-contract.md section 9):
+                // without them a round has no `device` and a drain no `provider_outstanding_wrs`.
+                .with(
+                    "provider_hooks",
+                    Json::obj()
+                        .with("orbite_provider_ctx_counter", e.ctx_counters)
+                        .with("orbite_provider_qp_outstanding", e.qp_outstanding),
+                ),
         );
         e.doc.set(
             "workload",
@@ -576,11 +637,11 @@ impl Engine {
         seed
     }
 
-    fn poison_destination(&mut self) -> u64 {
+    fn poison_destination(&mut self) -> Option<u64> {
         let g = fresh_u64();
         let (parents, payload) = (self.case.parents, self.case.payload);
         content::prepare_destination(self.arena_mut(), parents, payload, g);
-        g
+        Some(g)
     }
 
     /// Test-build defects on the destination side, once bytes of parent 0 landed in round 1.
@@ -606,7 +667,7 @@ impl Engine {
         lane: usize,
         qpn: Option<u32>,
         requested: usize,
-        completed: u64,
+        completed: Option<u64>,
         slices: usize,
         status: &str,
     ) -> Json {
@@ -683,6 +744,84 @@ impl Engine {
             .with("per_rail", per)
     }
 
+    /// The provider's own per-context counters of every live context, or None without the hook.
+    fn device_snapshot(&self) -> Option<DeviceSnapshot> {
+        if !self.ctx_counters {
+            return None;
+        }
+        self.contexts
+            .iter()
+            .filter(|c| c.live[3])
+            .map(|c| verbs::ctx_counters(c.ptr).map(|v| (c.rail, v)))
+            .collect()
+    }
+
+    /// What the provider moved through each rail's context since `before`: the round's `device`.
+    fn device_counters(&self, before: &Option<DeviceSnapshot>) -> Option<Json> {
+        let (Some(before), Some(now)) = (before, self.device_snapshot()) else {
+            return None;
+        };
+        let mut out = Json::obj();
+        for (rail, v) in &now {
+            if let Some((_, b)) = before.iter().find(|(r, _)| r == rail) {
+                let mut figures = Json::obj();
+                for (k, name) in verbs::DEVICE_COUNTERS.iter().enumerate() {
+                    figures.set(name, v[k] - b[k]);
+                }
+                out.set(&rail.to_string(), figures);
+            }
+        }
+        Some(out)
+    }
+
+    /// Send-queue slots the provider says the QPs `qps` still hold; None without the hook.
+    fn provider_outstanding(&self, qps: &[usize]) -> Option<u64> {
+        if !self.qp_outstanding {
+            return None;
+        }
+        qps.iter()
+            .filter(|i| self.qps[**i].live)
+            .map(|i| verbs::qp_outstanding(self.qps[*i].ptr))
+            .sum()
+    }
+
+    /// A round's drain record, counted from this engine's own state: WRs of its records without a
+    /// completion and their bytes (or the send-queue slots the provider says its QPs still hold,
+    /// when larger), the grants it still holds.
+    fn drain_state(&self, wrs: &[Json], qps: &[usize], grants: usize) -> Json {
+        let pending: Vec<&Json> = wrs
+            .iter()
+            .filter(|w| w.get("completed_seq").is_some_and(Json::is_null))
+            .collect();
+        let debt_bytes: i128 = pending
+            .iter()
+            .filter_map(|w| w.get("bytes").and_then(Json::as_int))
+            .sum();
+        let slots = self.provider_outstanding(qps);
+        let debt_wrs = (pending.len() as u64).max(slots.unwrap_or(0));
+        let mut drain = Json::obj()
+            .with("drained", debt_wrs == 0 && debt_bytes == 0 && grants == 0)
+            .with("debt_wrs", debt_wrs)
+            .with("debt_bytes", debt_bytes)
+            .with("debt_grants", grants);
+        if let Some(slots) = slots {
+            drain.set("provider_outstanding_wrs", slots);
+        }
+        drain
+    }
+
+    /// The public API's free() of a finished batch: BatchBusy while one of its WRs has no
+    /// completion (by this engine's records, or a send-queue slot the provider says a QP still
+    /// holds), else Ok.
+    fn free_batch(&self, wrs: &[Json], qps: &[usize]) -> &'static str {
+        let pending = wrs.iter().any(|w| w.get("completed_seq").is_some_and(Json::is_null));
+        if pending || self.provider_outstanding(qps).unwrap_or(0) > 0 {
+            "BatchBusy"
+        } else {
+            "Ok"
+        }
+    }
+
     fn provider_now(&self) -> BTreeMap<&'static str, i64> {
         if self.provider {
             verbs::provider_counters()
@@ -733,18 +872,20 @@ impl Engine {
             .count();
         let native = self.native_counters(&rnd.native_before);
         let rendezvous = self.rv().counters(rnd.no);
-        let record = Json::obj()
+        let device = self.device_counters(&rnd.device_before);
+        let mut record = Json::obj()
             .with("round", rnd.no)
             .with("epoch", self.epoch)
             .with("peer_epoch", self.rv.as_ref().and_then(|r| r.peer_epoch))
             .with("input_seed", rnd.seed)
             .with("seed_origin", rnd.origin)
+            .with("guard_seed", rnd.guard_seed)
             .with("started_at", rnd.started)
             .with("finished_at", finished)
             .with("duration_s", round6(finished - rnd.started))
             .with("batches", batches)
             .with("parents", Json::Arr(parents))
-            .with("wrs", Json::Arr(wrs))
+            .with("wrs", wr_columns(&wrs))
             .with("qp_usage", Json::Arr(usage))
             .with("qps_created", rnd.created.len())
             .with("qps_reused", reused)
@@ -752,8 +893,11 @@ impl Engine {
             .with("drain", drain)
             .with("progress", progress)
             .with("rendezvous", rendezvous)
-            .with("provider", provider)
-            .with("errors", Json::Arr(Vec::new()));
+            .with("provider", provider);
+        if let Some(device) = device {
+            record.set("device", device);
+        }
+        record.set("errors", Json::Arr(Vec::new()));
         if let Some(Json::Arr(rounds)) = self.doc.get_mut("rounds") {
             rounds.push(record.clone());
         }
@@ -881,6 +1025,7 @@ impl Engine {
             no: round,
             started: now(),
             provider_before: self.provider_now(),
+            device_before: self.device_snapshot(),
             ..Round::default()
         };
         let existing: BTreeSet<u32> = live.values().map(|i| self.qps[*i].qpn).collect();
@@ -902,13 +1047,14 @@ impl Engine {
             })
             .collect();
         let t = self.case.round_s;
+        let ready;
         if self.is_read() {
             rnd.guard_seed = self.poison_destination();
             self.rv().send(
                 "ROUND_BEGIN",
                 Json::obj().with("round", round).with("parents", Json::Arr(parents_msg)),
             )?;
-            let ready = self.rv().recv(t, &["ROUND_READY"])?;
+            ready = self.rv().recv(t, &["ROUND_READY"])?;
             rnd.seed = ready
                 .get("input_seed")
                 .and_then(Json::as_int)
@@ -925,8 +1071,11 @@ impl Engine {
                     .with("parents", Json::Arr(parents_msg))
                     .with("input_seed", rnd.seed),
             )?;
-            self.rv().recv(t, &["ROUND_READY"])?;
+            ready = self.rv().recv(t, &["ROUND_READY"])?;
         }
+        // The grants the source issued for this round: held until ROUND_DRAINED takes them back.
+        let mut held_grants = int_list(&ready, "grants");
+        let received: Vec<usize> = held_grants.iter().copied().collect();
         let prepared = now();
         rnd.native_before = self.native_snapshot();
         let mut parents: Vec<Json> = placement
@@ -939,7 +1088,7 @@ impl Engine {
                     *lane,
                     Some(self.qps[live[&(*rail, *lane)]].qpn),
                     self.case.payload,
-                    0,
+                    Some(0),
                     sizes.len(),
                     "Pending",
                 )
@@ -951,15 +1100,16 @@ impl Engine {
         let failed = parents
             .iter()
             .any(|p| p.get("status").and_then(Json::as_str) == Some("Failed"));
+        let qp_list: Vec<usize> = live.values().copied().collect();
         let batch = Json::obj()
             .with("batch", round)
             .with("parents", (0..self.case.parents).collect::<Vec<usize>>())
             .with("state", if failed { "Failed" } else { "Completed" })
-            .with("free", "Ok");
+            .with("free", self.free_batch(&wrs, &qp_list));
         if self.is_read() {
             let expected = RoundInput::new(rnd.seed, self.case.parents, self.case.payload);
             for p in parents.iter_mut() {
-                self.check_parent(p, &expected, rnd.guard_seed, "wait", round);
+                self.check_parent(p, &expected, rnd.guard_seed.unwrap_or(0), "wait", round);
             }
         }
         if parents
@@ -969,35 +1119,20 @@ impl Engine {
             self.checks_failed = true;
         }
         let checked = now();
-        let mut completed = Json::obj();
-        for p in &parents {
-            completed.set(
-                &p.get("parent").map(Json::to_text).unwrap_or_default(),
-                p.get("completed_bytes").cloned().unwrap_or(Json::Int(0)),
-            );
-        }
-        let released: Vec<usize> = (0..self.case.parents).collect();
+        // Every grant goes back once the batch is freed; no byte figure travels (the source counts
+        // what its own devices moved).
+        let returned: Vec<usize> = held_grants.iter().copied().collect();
         self.rv().send(
             "ROUND_DONE",
-            Json::obj()
-                .with("round", round)
-                .with("released", released)
-                .with("completed", completed),
+            Json::obj().with("round", round).with("released", returned.clone()),
         )?;
-        self.rv().recv(t, &["ROUND_DRAINED"])?;
-        let pending: Vec<&Json> = wrs
-            .iter()
-            .filter(|w| w.get("completed_seq").is_some_and(Json::is_null))
-            .collect();
-        let debt_bytes: i128 = pending
-            .iter()
-            .filter_map(|w| w.get("bytes").and_then(Json::as_int))
-            .sum();
-        let drain = Json::obj()
-            .with("drained", pending.is_empty())
-            .with("debt_wrs", pending.len())
-            .with("debt_bytes", debt_bytes)
-            .with("debt_grants", 0);
+        let drained = self.rv().recv(t, &["ROUND_DRAINED"])?;
+        for p in int_list(&drained, "released") {
+            held_grants.remove(&p);
+        }
+        let mut drain = self.drain_state(&wrs, &qp_list, held_grants.len());
+        drain.set("grants_received", received);
+        drain.set("grants_returned", returned);
         let mut record = self.record_round(
             &rnd,
             Json::Arr(vec![batch]),
@@ -1416,6 +1551,7 @@ impl Engine {
         let mut rnd = Round {
             no: 1,
             provider_before: self.provider_now(),
+            device_before: self.device_snapshot(),
             ..Round::default()
         };
         let t = self.case.round_s;
@@ -1486,9 +1622,13 @@ impl Engine {
                         rnd.origin = "peer";
                     }
                     grants = rnd.placement.iter().map(|p| p.0).collect();
+                    rnd.issued = grants.iter().copied().collect();
                     self.rv().send(
                         "ROUND_READY",
-                        Json::obj().with("round", round).with("input_seed", rnd.seed),
+                        Json::obj()
+                            .with("round", round)
+                            .with("input_seed", rnd.seed)
+                            .with("grants", rnd.issued.clone()),
                     )?;
                 }
                 "ROUND_DONE" => {
@@ -1500,9 +1640,11 @@ impl Engine {
                         ));
                     }
                     self.source_finish_round(&msg, &rnd, &by_peer, &mut grants)?;
+                    // Before the next ROUND_READY: nothing the provider moves is lost.
                     rnd = Round {
                         no: self.round_no + 1,
                         provider_before: self.provider_now(),
+                        device_before: self.device_snapshot(),
                         ..Round::default()
                     };
                     self.checkpoint();
@@ -1531,38 +1673,22 @@ impl Engine {
         if expected.is_some() {
             self.spoil_landed(true, true);
         }
-        let reported: HashMap<usize, u64> = match msg.get("completed") {
-            Some(Json::Obj(items)) => items
-                .iter()
-                .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_int().and_then(|x| u64::try_from(x).ok())?)))
-                .collect(),
-            _ => HashMap::new(),
-        };
+        // One-sided operations leave no trace in this engine's verbs calls and the requester's word
+        // is not this engine's to repeat: a parent's bytes are not known here (completed_bytes
+        // null); what this side's devices served or received per rail is the provider's own
+        // per-context count (the round's `device`), and the public counters are that.
         let mut parents = Vec::new();
         for (pid, rail, lane) in &rnd.placement {
             let qpn = by_peer.get(&(*rail, *lane)).map(|i| self.qps[*i].qpn);
-            let mut entry = self.parent_entry(
-                *pid,
-                *rail,
-                *lane,
-                qpn,
-                self.case.payload,
-                reported.get(pid).copied().unwrap_or(0),
-                0,
-                "Granted",
-            );
+            let mut entry = self.parent_entry(*pid, *rail, *lane, qpn, self.case.payload, None, 0, "Granted");
             if let Some(exp) = &expected {
-                if self.check_parent(&mut entry, exp, rnd.guard_seed, "drain", round) {
+                if self.check_parent(&mut entry, exp, rnd.guard_seed.unwrap_or(0), "drain", round) {
                     self.checks_failed = true;
                 }
             }
             parents.push(entry);
         }
-        let released: BTreeSet<usize> = msg
-            .get("released")
-            .and_then(Json::as_arr)
-            .map(|a| a.iter().filter_map(|v| v.as_int().map(|x| x as usize)).collect())
-            .unwrap_or_default();
+        let released: BTreeSet<usize> = int_list(msg, "released").intersection(grants).copied().collect();
         for p in &released {
             grants.remove(p);
         }
@@ -1573,28 +1699,38 @@ impl Engine {
             }
         }
         let mut public = self.new_public();
-        for entry in &parents {
-            let req = entry.get("requested_bytes").and_then(Json::as_int);
-            let done = entry.get("completed_bytes").and_then(Json::as_int);
-            if req == done {
-                let b = done.unwrap_or(0) as u64;
-                let rail = entry.get("rail").and_then(Json::as_int).unwrap_or(0) as usize;
+        let moved = if self.is_read() {
+            "read_bytes_served"
+        } else {
+            "write_bytes_landed"
+        };
+        // Without the provider's per-context counters (rdma-core) this side counts nothing: its
+        // public counters stay 0 and the round has no `device` (docs/runner-contract.md section 9).
+        if let Some(device) = self.device_counters(&rnd.device_before) {
+            for rail in self.enabled.clone() {
+                let b = device
+                    .get(&rail.to_string())
+                    .and_then(|d| d.get(moved))
+                    .and_then(Json::as_int)
+                    .unwrap_or(0) as u64;
                 public.0 += b;
                 *public.1.entry(rail).or_insert(0) += b;
             }
         }
         let debt = grants.len();
-        let drain = Json::obj()
-            .with("drained", debt == 0)
-            .with("debt_wrs", 0)
-            .with("debt_bytes", 0)
-            .with("debt_grants", debt);
+        // This engine posts no WR: its WR debt is what the provider says its QPs still hold.
+        let qp_list: Vec<usize> = by_peer.values().copied().collect();
+        let mut drain = self.drain_state(&[], &qp_list, debt);
+        let drained = drain.get("drained").cloned().unwrap_or(Json::Bool(false));
+        drain.set("grants_issued", rnd.issued.clone());
+        drain.set("grants_released", released.iter().copied().collect::<Vec<usize>>());
         self.rv().send(
             "ROUND_DRAINED",
             Json::obj()
                 .with("round", round)
-                .with("drained", debt == 0)
-                .with("debt_grants", debt),
+                .with("drained", drained)
+                .with("debt_grants", debt)
+                .with("released", released.iter().copied().collect::<Vec<usize>>()),
         )?;
         let usage: Vec<Json> = by_peer
             .values()

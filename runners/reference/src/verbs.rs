@@ -15,6 +15,10 @@ extern "C" {
     fn orb_has_provider_counters() -> c_int;
     fn orb_provider_held(kind: *const c_char) -> c_long;
     fn orb_provider_counter(name: *const c_char) -> c_longlong;
+    fn orb_has_ctx_counters() -> c_int;
+    fn orb_has_qp_outstanding() -> c_int;
+    fn orb_provider_ctx_counter(ctx: *mut c_void, name: *const c_char) -> c_longlong;
+    fn orb_provider_qp_outstanding(qp: *mut c_void) -> c_long;
     fn orb_open_device(name: *const c_char, ctx: *mut *mut c_void) -> c_int;
     fn orb_close_device(ctx: *mut c_void) -> c_int;
     fn orb_query_gid(ctx: *mut c_void, port: c_int, index: c_int, out: *mut u8) -> c_int;
@@ -77,6 +81,13 @@ pub const PROVIDER_COUNTERS: [&str; 6] = [
     "write_bytes_landed",
     "wr_completed",
     "wr_failed",
+];
+/// What one context's (one device's, one rail's) QPs moved, as the provider counts it per context.
+pub const DEVICE_COUNTERS: [&str; 4] = [
+    "read_bytes_landed",
+    "read_bytes_served",
+    "write_bytes_sent",
+    "write_bytes_landed",
 ];
 pub const HELD_KINDS: [&str; 6] = ["ctx", "pd", "mr", "cq", "channel", "qp"];
 pub const WC_STATUS_NAMES: [&str; 24] = [
@@ -187,6 +198,37 @@ pub fn load(spec: &Option<(String, String)>, root: &str) -> Result<(String, Opti
 
 pub fn has_provider_counters() -> bool {
     unsafe { orb_has_provider_counters() != 0 }
+}
+
+/// The library exports `orbite_provider_ctx_counter` (the loopback provider does, rdma-core does not).
+pub fn has_ctx_counters() -> bool {
+    unsafe { orb_has_ctx_counters() != 0 }
+}
+
+/// The library exports `orbite_provider_qp_outstanding` (the loopback provider does, rdma-core does not).
+pub fn has_qp_outstanding() -> bool {
+    unsafe { orb_has_qp_outstanding() != 0 }
+}
+
+/// The provider's own per-context byte counters of `ctx` (None: the library has no such counter).
+pub fn ctx_counters(ctx: *mut c_void) -> Option<[i64; 4]> {
+    let mut out = [0i64; 4];
+    for (slot, name) in out.iter_mut().zip(DEVICE_COUNTERS) {
+        let c = CString::new(name).expect("name");
+        let v = unsafe { orb_provider_ctx_counter(ctx, c.as_ptr()) } as i64;
+        if v < 0 {
+            return None;
+        }
+        *slot = v;
+    }
+    Some(out)
+}
+
+/// Send-queue slots the provider says `qp` still holds (posted, completion not polled); None
+/// without the hook.
+pub fn qp_outstanding(qp: *mut c_void) -> Option<u64> {
+    let v = unsafe { orb_provider_qp_outstanding(qp) };
+    u64::try_from(v).ok()
 }
 
 pub fn provider_counters() -> BTreeMap<&'static str, i64> {
