@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import gate
+from helpers import gate, observer_log
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
@@ -35,7 +35,7 @@ def test_progress_rerun_index_and_compare(repo_root, ansible_env, lab, tmp_path)
     assert (runs / "op-1" / "verdict.html").read_text().count('class="plot"') >= 6
 
     # write-events loses a receipt after the fact: verified again, that case alone fails.
-    (runs / "op-1" / "cases" / "write-events" / "requester" / "g1" / "observer-accounting.jsonl").unlink()
+    observer_log.find(runs / "op-1" / "cases" / "write-events" / "requester" / "g1").unlink()
     again = verify_run(str(runs / "op-1"), index_dir=str(runs))
     assert [(c["case"], c["verdict"]) for c in again["cases"]] == [("read-polling", "PASS"), ("write-events", "FAIL")]
 
