@@ -71,7 +71,13 @@ class CaseReceipts:
             "journals": all(r.ok for r in self.journals.values()),
             "inventories": all(r.ok for r in self.inventories.values()),
             "relay": self.relay is not None and self.relay.ok,
+            "provider": self.provider_planned(),
         }
+
+    def provider_planned(self):
+        """The plan (never a ledger) loads the loopback verbs provider, whose own counters are then a
+        witness; with the system libibverbs (`verbs_library` null, a real lab) there are none to read."""
+        return bool((self.plan.get("artifacts") or {}).get("verbs_library"))
 
 
 def _survivor(profile):

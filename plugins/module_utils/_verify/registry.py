@@ -32,10 +32,12 @@ WITNESSES = {
     "peer": "the other role's ledger",
     "runner": "the runner's own ledger (its word for its own work)",
     "relay": "the control relay's journal of the rendezvous frames it forwarded and held (installed-interruption)",
+    "provider": "the loopback verbs provider's own counters (per process and per device) in the ledgers; only when "
+                "the plan loads it (`run.json` artifacts.verbs_library): the system libibverbs has no such counters",
     "gate": "the gate's record of a failed node step (`node-failure.json`)",
     "format": "the documented receipt formats (docs/receipts.md) and the reading bounds",
 }
-NEEDS = ("ledgers", "observers", "journals", "inventories", "relay")
+NEEDS = ("ledgers", "observers", "journals", "inventories", "relay", "provider")
 _CODE = re.compile(r"[a-z][a-z_]*\.[a-z][a-z_]*", re.ASCII)
 
 

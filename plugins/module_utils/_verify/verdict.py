@@ -145,6 +145,11 @@ def _verify_case(case_dir, root, plan, loaded):
                                     f"masked by {', '.join(masked_by)}: the same fact already failed there"))
             continue
         missing = [need for need in rule.needs if not usable[need]]
+        if missing == ["provider"]:
+            why = ("skipped: no witness here: the plan loads no loopback verbs provider (artifacts.verbs_library "
+                   "null), and the system libibverbs keeps no per-device counters")
+            findings.append(finding(rule.code, SKIP, why))
+            continue
         if missing:
             why = f"skipped: unusable {', '.join(missing)} (see the receipt findings)"
             findings.append(finding(rule.code, SKIP, why))

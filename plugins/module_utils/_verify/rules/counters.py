@@ -311,7 +311,7 @@ def device_bytes(rnd, role, operation):
 @rule("counters.source", "counters",
       "the source's own devices served (read) or received (write) per round and per rail the derived bytes, as the "
       "requester completed them, and its public counters say so",
-      witness=("profile", "peer"),
+      witness=("provider", "profile", "peer"), needs=("ledgers", "provider"),
       after=("ledger.rounds", "ledger.parents", "counters.slicing", "counters.bytes", "counters.rails",
              "counters.placement"))
 def check_source_counters(case):

@@ -76,6 +76,29 @@ def test_healthy_run_passes_every_rule(healthy, tmp_path):
     assert (tmp_path / "verdict.md").read_text().startswith("# Verdict: PASS")
 
 
+def test_without_the_provider_in_the_plan_its_witness_is_skipped_by_name(healthy, tmp_path):
+    """A real lab's plan loads the system libibverbs (artifacts.verbs_library null), which keeps no
+    per-device counters: counters.source (whose witness that is) is SKIPped saying why, and the other
+    rules stop reading the provider's figures, never taking the ledger's word for whether it was there."""
+    run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
+    plan = json.loads((run_dir / "run.json").read_text())
+    _plan(run_dir, ["ra"], artifacts=dict(plan["artifacts"], verbs_library=None))
+    # Consistently provider-less receipts: nothing in the provider's fields that a rule could still read.
+    for role in ("source", "requester"):
+        def strip(ledger):
+            for rnd in ledger["rounds"]:
+                rnd["provider"] = dict.fromkeys(rnd["provider"], 0)
+                rnd["drain"]["provider_outstanding_wrs"] = None
+            return ledger
+        edit_json(case_dir / role / "g1" / "ledger.json", strip)
+    verdict = verify_run(str(run_dir), write=False)
+    status = {f["code"]: (f["status"], f.get("message", "")) for f in verdict["cases"][0]["findings"]}
+    assert status["counters.source"][0] == "SKIP" and "no witness here" in status["counters.source"][1]
+    assert status["rendezvous.no_payload"][0] == status["ledger.drain"][0] == "PASS"
+    # identity.artifacts holds the plan against what the supervisors journaled (the provider was loaded).
+    assert verdict["failed_codes"] == ["identity.artifacts"]
+
+
 def _noop_rewrite(case_dir):
     """Rewrite every receipt the way a tool might without changing a fact: keys reordered, documents
     re-indented, unknown fields added (to documents and to every log line)."""
