@@ -131,3 +131,24 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
     # The plan names every switch, the relay's too (it records its own in its journal).
     sim_pair.write_case(run_dir, case_id, profile, registrations, [*defects, *relay_defects])
     return case_dir
+
+
+def mode_profile(mode, small, fault_role, generations, operation="read", events=False, **over):
+    """A restart-roles profile of ``mode`` (installed-restart, installed-interruption) on the ``small`` shape."""
+    return dict(sim_pair.BASE, mode=mode, operation=operation, rdma_events=events, fault_role=fault_role,
+                generations=generations, **dict(small, **over))
+
+
+def healthy_runs(tmp_path_factory, prefix, profile_of):
+    """The two healthy runs the restart-roles tests share: the source killed twice (3 generations,
+    WRITE/events) and the requester once (READ/polling); {fault role: run directory}."""
+    runs = {}
+    for fault, generations, operation, events in (("source", 3, "write", True), ("requester", 2, "read", False)):
+        run_dir = tmp_path_factory.mktemp(f"{prefix}-{fault}") / f"{prefix}-{fault}"
+        run_restart_pair(run_dir, "c1", profile_of(fault, generations, operation, events))
+        runs[fault] = run_dir
+    return runs
+
+
+def findings_by_code(verdict):
+    return {f["code"]: f for c in verdict["cases"] for f in c["findings"]}

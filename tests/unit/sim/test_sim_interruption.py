@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import sim_pair
-from helpers.sim_restart_pair import run_restart_pair
+from helpers.sim_restart_pair import findings_by_code, healthy_runs, mode_profile, run_restart_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RULES
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
@@ -29,23 +28,15 @@ SMALL = {"parents": 4, "payload": 65536, "block": 65536, "num_lanes": 1, "mask":
 
 
 def interruption_profile(fault_role, generations, operation="read", events=False, **over):
-    return dict(sim_pair.BASE, mode="installed-interruption", operation=operation, rdma_events=events,
-                fault_role=fault_role, generations=generations, **dict(SMALL, **over))
+    return mode_profile("installed-interruption", SMALL, fault_role, generations, operation, events, **over)
 
 
-def _findings(verdict):
-    return {f["code"]: f for c in verdict["cases"] for f in c["findings"]}
+_findings = findings_by_code
 
 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory):
-    """Two healthy runs: the source killed twice (3 generations, WRITE/events), the requester once (READ/polling)."""
-    runs = {}
-    for fault, generations, operation, events in (("source", 3, "write", True), ("requester", 2, "read", False)):
-        run_dir = tmp_path_factory.mktemp(f"interruption-{fault}") / f"in-{fault}"
-        run_restart_pair(run_dir, "c1", interruption_profile(fault, generations, operation, events))
-        runs[fault] = run_dir
-    return runs
+    return healthy_runs(tmp_path_factory, "in", interruption_profile)
 
 
 @pytest.mark.parametrize("fault", ["source", "requester"])

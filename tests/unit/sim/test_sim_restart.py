@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import sim_pair
-from helpers.sim_restart_pair import RESTART_POINT, run_restart_pair
+from helpers.sim_restart_pair import RESTART_POINT, findings_by_code, healthy_runs, mode_profile, run_restart_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RULES
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
@@ -32,23 +31,15 @@ SMALL = {"parents": 4, "payload": 2 * 65536 + 3, "block": 65536, "num_lanes": 2,
 
 
 def restart_profile(fault_role, generations, operation="read", events=False, **over):
-    return dict(sim_pair.BASE, mode="installed-restart", operation=operation, rdma_events=events,
-                fault_role=fault_role, generations=generations, **dict(SMALL, **over))
+    return mode_profile("installed-restart", SMALL, fault_role, generations, operation, events, **over)
 
 
-def _findings(verdict):
-    return {f["code"]: f for c in verdict["cases"] for f in c["findings"]}
+_findings = findings_by_code
 
 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory):
-    """Two healthy runs: the source killed twice (3 generations, WRITE/events) and the requester once (READ/polling)."""
-    runs = {}
-    for fault, generations, operation, events in (("source", 3, "write", True), ("requester", 2, "read", False)):
-        run_dir = tmp_path_factory.mktemp(f"restart-{fault}") / f"rs-{fault}"
-        run_restart_pair(run_dir, "c1", restart_profile(fault, generations, operation, events))
-        runs[fault] = run_dir
-    return runs
+    return healthy_runs(tmp_path_factory, "rs", restart_profile)
 
 
 @pytest.mark.parametrize("fault", ["source", "requester"])
