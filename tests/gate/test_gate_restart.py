@@ -56,7 +56,8 @@ def test_a_restart_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_e
     profile = tmp_path / "small-restart.json"
     profile.write_text(json.dumps(SMALL_RESTART_PROFILE))
     result = _gate(repo_root, ansible_env, lab, tmp_path / "runs",
-                   {"orbite_profile_file": str(profile), "orbite_runner_defects": ["stale_epoch_accepted"]})
+                   {"orbite_profile_file": str(profile), "orbite_runner_defects": ["stale_epoch_accepted"],
+                    "orbite_case_variants": [{"id": "defect", "changes": {}}]})  # one case is enough here
     assert result.returncode != 0
     verdict, _ = gate.verdict(tmp_path / "runs")
     assert verdict["verdict"] == "FAIL"
