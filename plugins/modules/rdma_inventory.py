@@ -39,12 +39,12 @@ options:
     description:
       - Cross-check the inventory with rdma-core's own libibverbs (C(libibverbs.so.1) through ctypes,
         in a child process). The device names, node GUIDs, node types, uverbs nodes and the count it
-        enumerates must equal the inventory's; each difference is an entry of RV(inventory.verbs.mismatches)
+        enumerates must equal the inventory's; each difference is an entry of C(inventory.verbs.mismatches)
         with a code (C(verbs.device_unlisted), C(verbs.node_guid), ...).
       - For an O(root) other than V(/), libibverbs reads C(<root>/sys) (its C(SYSFS_PATH)); the
         character devices are always the node's C(/dev/infiniband).
       - What libibverbs cannot do without a kernel driver (open a context, query ports and GIDs) is
-        listed in RV(inventory.verbs.limits); with a context and pyverbs, port state, link layer and
+        listed in C(inventory.verbs.limits); with a context and pyverbs, port state, link layer and
         GID types are compared too.
       - Reported as skipped (with the reason) when libibverbs cannot be loaded or lists no RDMA
         subsystem on a node without devices.

@@ -346,7 +346,6 @@ class RequesterEngine(Engine):
         self.held = None
         return recovery
 
-
     def free_batch(self, wrs):
         """The public API's free() of a finished batch: BatchBusy while any of its WRs is in flight (by this
         engine's records or by the provider's send queues), else the batch's resources are released: Ok."""

@@ -197,8 +197,8 @@ class SourceEngine(Engine):
                      "completion_receive": {"rail": rail, "lane": lane, "qpn": qp.qpn,
                                             "wr_id": RECV_WR_ID + HELD_ROUND, "pending": qp.receives},
                      "ready_sent_at": None, "before": before, "after": None}
-        self.rv.send("ROUND_READY", round=HELD_ROUND, grant={"rail": rail, "rkey": self.mw.rkey,
-                                                              "parents": sorted(self.grants)})
+        grant = {"rail": rail, "rkey": self.mw.rkey, "parents": sorted(self.grants)}
+        self.rv.send("ROUND_READY", round=HELD_ROUND, grant=grant)
         self.held["ready_sent_at"] = time.time()
 
     def _reap_bind(self, cq, qp):

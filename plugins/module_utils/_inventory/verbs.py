@@ -267,7 +267,7 @@ def _enumerate(library, sysfs_path, timeout=ENUMERATE_TIMEOUT):
             os.close(fd)
         if timed_out:
             os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        status = os.waitpid(pid, 0)[1]
     warnings = [_cut(line) for line in data[err_r][:_READ_LIMIT].decode("utf-8", "replace").splitlines()
                 if line.strip()][:_WARNINGS_LIMIT]
     if timed_out:

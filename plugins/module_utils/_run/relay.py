@@ -476,14 +476,14 @@ def main(argv=None):
     (its ready file written), or 2 with the reason on stderr."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] != "--config":
-        print("orbite-relay: usage: relay.py --config CONFIG", file=sys.stderr)
+        sys.stderr.write("orbite-relay: usage: relay.py --config CONFIG\n")
         return 2
     os.umask(0o077)
     try:
         with open(argv[1], encoding="utf-8") as handle:
             cfg = check_config(json.load(handle))
     except (OSError, ValueError, RelayError) as exc:
-        print(f"orbite-relay: config {argv[1]}: {exc}", file=sys.stderr)
+        sys.stderr.write(f"orbite-relay: config {argv[1]}: {exc}\n")
         return 2
     read_fd, write_fd = os.pipe()
     if os.fork():
@@ -492,7 +492,7 @@ def main(argv=None):
             answer = pipe.read().decode(errors="replace")
         if answer.startswith("ok"):
             return 0
-        print(f"orbite-relay: {answer or 'the relay died before it listened'}", file=sys.stderr)
+        sys.stderr.write(f"orbite-relay: {answer or 'the relay died before it listened'}\n")
         return 2
     os.close(read_fd)
     os.setsid()
@@ -516,4 +516,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

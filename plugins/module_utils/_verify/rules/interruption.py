@@ -335,4 +335,3 @@ def check_lanes_reclaimed(case):
             problems.append((f"{survivor} g{generation + 1}: PDs {recovery.get('pds')}, generation 1 had {first_pds}",
                              f"{path}#restart.recovery"))
     return problems
-
