@@ -48,15 +48,6 @@ def _relay_pid(lab, run_id, case):
     return json.loads(ready.read_text())["pid"] if ready.exists() else None
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{pid}").exists() else "X"
-    return state not in ("Z", "X")
-
-
 def test_interruption_playbook_passes_its_cases(repo_root, ansible_env, lab, tmp_path):
     result = _gate(repo_root, ansible_env, lab, tmp_path, {})
     assert result.returncode == 0, result.stdout[-4000:]
@@ -75,7 +66,7 @@ def test_interruption_playbook_passes_its_cases(repo_root, ansible_env, lab, tmp
     assert relay[-1]["ev"] == "stop" and relay[-1]["reason"] == "stop"
     for case in CASES:
         pid = _relay_pid(lab, run_dir.name, case)
-        assert pid is not None and not _alive(pid), (case, pid)
+        assert pid is not None and not gate.process_alive(pid), (case, pid)
     assert gate.locks_free(lab)
 
 
@@ -117,12 +108,12 @@ def test_a_controller_killed_while_a_grant_is_held_leaves_incomplete_and_nothing
     assert [(c["case"], c["verdict"]) for c in verdict["cases"]] == [("k1", "PASS"), ("k2", "INCOMPLETE")]
     deadline = time.monotonic() + lease + 30
     while time.monotonic() < deadline and (gate.supervisor_pids(lab) or not gate.locks_free(lab)
-                                           or any(_alive(pid) for pid in [*runners, relay_pid])):
+                                           or any(gate.process_alive(pid) for pid in [*runners, relay_pid])):
         time.sleep(0.5)
     assert not gate.supervisor_pids(lab), "a supervisor outlived its lease"
     assert gate.locks_free(lab), "a lock outlived its supervisor's lease"
-    assert not [pid for pid in runners if _alive(pid)], "a runner outlived its supervisor"
-    assert relay_pid is not None and not _alive(relay_pid), "the relay outlived its node's supervisor"
+    assert not [pid for pid in runners if gate.process_alive(pid)], "a runner outlived its supervisor"
+    assert relay_pid is not None and not gate.process_alive(relay_pid), "the relay outlived its node's supervisor"
     records = [json.loads(line) for line in (node / "relay" / "relay.jsonl").read_text().splitlines()]
     assert records[-1]["ev"] == "stop" and records[-1]["reason"] == "watched_process_gone", records[-1]
 
@@ -137,7 +128,7 @@ def test_a_failed_case_still_stops_the_relay(repo_root, ansible_env, lab, tmp_pa
     verdict, run_dir = gate.verdict(tmp_path / "runs")
     assert verdict["verdict"] == "FAIL" and "case.node_failure" in verdict["failed_codes"], verdict["failed_codes"]
     pid = _relay_pid(lab, run_id, "d1")
-    assert pid is not None and not _alive(pid)
+    assert pid is not None and not gate.process_alive(pid)
     records = [json.loads(line) for line in
                (run_dir / "cases" / "d1" / "source" / "relay.jsonl").read_text().splitlines()]
     assert records[-1]["ev"] == "stop" and records[-1]["reason"] == "stop", records[-1]

@@ -69,14 +69,6 @@ def test_a_restart_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_e
     assert gate.locks_free(lab)
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_controller_killed_at_a_restart_point_leaves_incomplete_and_nothing_running(repo_root, ansible_env,
                                                                                       lab, tmp_path):
     """Killed while case 2's runners idle at their restart point (its kill not sent yet): the partial verdict
@@ -101,11 +93,11 @@ def test_a_controller_killed_at_a_restart_point_leaves_incomplete_and_nothing_ru
         (case, "INCOMPLETE") for case in CASES[1:]]
     deadline = time.monotonic() + lease + 30
     while time.monotonic() < deadline and (gate.supervisor_pids(lab) or not gate.locks_free(lab)
-                                           or any(_alive(pid) for pid in runners)):
+                                           or any(gate.process_alive(pid) for pid in runners)):
         time.sleep(0.5)
     assert not gate.supervisor_pids(lab), "a supervisor outlived its lease"
     assert gate.locks_free(lab), "a lock outlived its supervisor's lease"
-    assert not [pid for pid in runners if _alive(pid)], "a runner outlived its supervisor"
+    assert not [pid for pid in runners if gate.process_alive(pid)], "a runner outlived its supervisor"
     journals = list(Path(lab).glob(f"*/run/orbite/supervisors/{run_id}-{CASES[1]}/journal.jsonl"))
     assert len(journals) == 2
     for journal in journals:

@@ -65,6 +65,15 @@ def supervisor_pids(lab):
     return pids
 
 
+def process_alive(pid):
+    """Whether ``pid`` is a running process: gone, or a zombie (exited, not yet reaped), is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
 def kill_when(proc, ready, seconds):
     """SIGKILL the gate's whole session once `ready()` holds; it must still be running then."""
     try:
