@@ -211,7 +211,7 @@ class RequesterEngine(Engine):
 
         failed = [p for p in parents if p["status"] == "Failed"]
         batch["state"] = "Failed" if failed else "Completed"
-        batch["free"] = self.free_batch(wrs)
+        batch["free"] = self.free(batch, round_no, wrs)
         if self.operation == "read":
             expected = RoundInput(rnd.seed, self.parents, self.payload)
             for p in parents:
@@ -286,14 +286,18 @@ class RequesterEngine(Engine):
         batch["wait"] = {"timeout_s": timeout, "result": "Ok", "state_after": batch["state"]}
         return True
 
-    def free(self, batch, round_no):
-        """free(batch): a Running batch is busy (BatchBusy, recorded from this call); free_busy_ok frees it anyway."""
-        if batch["state"] == "Running" and "free_busy_ok" not in self.defects:
-            error = EngineError("BatchBusy", "free", f"batch {batch['batch']} is Running", round_no=round_no,
-                                remote_effect="None", locally_drained=False, expected=True)
+    def free(self, batch, round_no, wrs=()):
+        """The public API's free(batch): BatchBusy while the batch is Running or any WR is in flight (by this
+        engine's records of ``wrs`` or by the provider's send queues), a typed error of this call; else the
+        batch's resources are released: Ok. free_busy_ok frees a busy batch anyway (the defect)."""
+        busy = (batch["state"] == "Running" or any(w["completed_seq"] is None for w in wrs)
+                or any(qp.provider_outstanding() for qp in self.live_qps.values()))
+        if busy and "free_busy_ok" not in self.defects:
+            error = EngineError("BatchBusy", "free", f"batch {batch['batch']} is {batch['state']} with work in flight",
+                                round_no=round_no, remote_effect="None", locally_drained=False, expected=True)
             self.doc["errors"].append(error.as_dict())
             return error.error
-        batch["state"] = "Freed"
+        self.wr_info = {}
         return "Ok"
 
     def _post_one_held(self, round_no, where):
@@ -345,16 +349,6 @@ class RequesterEngine(Engine):
         recovery.update(batches=batches, errors=errors)
         self.held = None
         return recovery
-
-    def free_batch(self, wrs):
-        """The public API's free() of a finished batch: BatchBusy while any of its WRs is in flight (by this
-        engine's records or by the provider's send queues), else the batch's resources are released: Ok."""
-        if any(w["completed_seq"] is None for w in wrs):
-            return "BatchBusy"
-        if any(qp.provider_outstanding() for qp in self.live_qps.values()):
-            return "BatchBusy"
-        self.wr_info = {}
-        return "Ok"
 
     def transfer(self, round_no, parents, sizes, created, existing):
         """Post every slice of every parent, interleaved per QP, and reap all completions."""
