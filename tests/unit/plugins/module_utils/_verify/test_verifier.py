@@ -433,24 +433,27 @@ FORMAT_MISMATCHES = {
 }
 
 
+def _only_failure(run_dir, code):
+    """The message of ``code``, which must be the one code the run fails."""
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == [code]
+    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == code]
+    return found["message"]
+
+
 @pytest.mark.parametrize("name", sorted(FORMAT_MISMATCHES))
 def test_an_observer_log_whose_name_and_format_disagree_is_refused(healthy, tmp_path, name):
     change, words = FORMAT_MISMATCHES[name]
     run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
     change(case_dir)
-    verdict = verify_run(str(run_dir), write=False)
-    assert verdict["failed_codes"] == ["receipt.format"]
-    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "receipt.format"]
-    assert words in found["message"], found["message"]
+    message = _only_failure(run_dir, "receipt.format")
+    assert words in message, message
 
 
 def test_a_missing_observer_log_names_both_names(healthy, tmp_path):
     run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
     _observer_log(case_dir).unlink()
-    verdict = verify_run(str(run_dir), write=False)
-    assert verdict["failed_codes"] == ["receipt.missing"]
-    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "receipt.missing"]
-    assert "neither observer-accounting.bin and observer-accounting.jsonl" in found["message"]
+    assert "neither observer-accounting.bin and observer-accounting.jsonl" in _only_failure(run_dir, "receipt.missing")
 
 
 def _column(name, change):
@@ -489,10 +492,8 @@ def test_bad_wr_columns_are_a_coded_shape_failure(healthy, tmp_path, name):
     change, words = BAD_COLUMNS[name]
     run_dir, case_dir = _copy_case(healthy, tmp_path, "ra")
     change(case_dir)
-    verdict = verify_run(str(run_dir), write=False)
-    assert verdict["failed_codes"] == ["receipt.shape"]
-    (found,) = [f for f in verdict["cases"][0]["findings"] if f["code"] == "receipt.shape"]
-    assert words in found["message"], found["message"]
+    message = _only_failure(run_dir, "receipt.shape")
+    assert words in message, message
 
 
 def test_wr_columns_allow_null_only_for_a_completion_never_reaped(healthy, tmp_path):
