@@ -761,6 +761,18 @@ def slice_sizes(payload: int, block: int) -> list:
     return [block] * (count - 1) + [payload - block * (count - 1)]
 
 
+def slice_runs(payload: int, block: int) -> list:
+    """slice_sizes in run-length form, computed without listing the slices (block 1 of a 6 MiB payload is
+    six million slices): [{"bytes": size, "count": n}, ...]."""
+    count = max(1, payload // block)
+    last = payload - block * (count - 1)
+    if count == 1:
+        return [{"bytes": last, "count": 1}]
+    if last == block:
+        return [{"bytes": block, "count": count}]
+    return [{"bytes": block, "count": count - 1}, {"bytes": last, "count": 1}]
+
+
 def provoked_errors(profile: dict) -> tuple:
     """(error, operation) pairs the mode provokes on purpose; None for a mode not modelled yet."""
     return PROVOKED_ERRORS.get(profile["mode"])
@@ -788,7 +800,8 @@ def derive_workload(profile: dict) -> dict:
     """Expected workload of a *validated* profile (see validate_profile)."""
     payload, block = profile["payload"], profile["block"]
     parents, lanes, mask = profile["parents"], profile["num_lanes"], profile["mask"]
-    sizes = slice_sizes(payload, block)
+    runs = slice_runs(payload, block)
+    slices = sum(run["count"] for run in runs)
     rails = enabled_rails(mask)
     placement = parent_placement(parents, mask, lanes)
 
@@ -797,14 +810,14 @@ def derive_workload(profile: dict) -> dict:
     for entry in placement:
         rail_figures = per_rail[str(entry["rail"])]
         rail_figures["parents"] += 1
-        rail_figures["wrs"] += len(sizes)
+        rail_figures["wrs"] += slices
         rail_figures["bytes"] += payload
         key = f"{entry['rail']}/{entry['lane']}"
         lane_figures = per_lane.setdefault(
             key, {"rail": entry["rail"], "lane": entry["lane"], "parents": 0, "wrs": 0, "bytes": 0}
         )
         lane_figures["parents"] += 1
-        lane_figures["wrs"] += len(sizes)
+        lane_figures["wrs"] += slices
         lane_figures["bytes"] += payload
 
     generations = profile.get("generations", 1)
@@ -821,9 +834,9 @@ def derive_workload(profile: dict) -> dict:
         "mode": profile["mode"],
         "operation": profile["operation"],
         "progress": "events" if profile["rdma_events"] else "polling",
-        "slices_per_parent": len(sizes),
-        "slice_sizes": _compress(sizes),
-        "wrs_per_round": parents * len(sizes),
+        "slices_per_parent": slices,
+        "slice_sizes": runs,
+        "wrs_per_round": parents * slices,
         "bytes_per_round": parents * payload,
         "rails": rails,
         "per_rail": per_rail,
