@@ -10,6 +10,10 @@ gives no series (the page says so), never a guess. Shares no code with any runne
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate, compress, repeat
+from operator import eq
+
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import CQE, WITHHELD, WR
 
 MAX_POINTS = 2000  # per QP series: longer logs are cut into buckets, each drawn as its highest point
@@ -59,30 +63,37 @@ def inflight(case):
             continue
         flow = log.flow()
         kinds, qpns = flow["kind"], flow["qpn"]
-        count = {}
-        series = {}
-        for index, (kind, qpn) in enumerate(zip(kinds, qpns)):
-            now = count.get(qpn, 0) + (1 if kind == WR else -1 if kind in (CQE, WITHHELD) else 0)
-            count[qpn] = now
-            series.setdefault(qpn, []).append([index, now])
         bucket = max(1, -(-len(kinds) // MAX_POINTS))
-        qps = {str(qpn): _buckets(points, bucket) for qpn, points in sorted(series.items())}
+        qps, most, distinct = {}, {}, sorted(set(qpns))
+        for qpn in distinct:
+            # Each QP's events (whole-column passes in C), its count a running sum of +1/-1 steps.
+            mask = list(map(eq, qpns, repeat(qpn))) if len(distinct) > 1 else repeat(True)
+            index = list(compress(range(len(kinds)), mask))
+            counts = list(accumulate(map(_STEP.__getitem__, compress(kinds, mask))))
+            qps[str(qpn)] = _buckets(index, counts, bucket)
+            most[str(qpn)] = max(counts, default=0)
         out.append({"generation": generation, "tool": tool, "path": log.path,
                     "bound": case.workload["send_queue_depth"], "events": len(kinds), "bucket": bucket,
-                    "qps": qps, "max": {qpn: max((p[1] for p in points), default=0) for qpn, points in qps.items()}})
+                    "qps": qps, "max": most})
     return out
 
 
-def _buckets(points, bucket):
-    """The highest point of each run of ``bucket`` events (all points when bucket is 1)."""
+_STEP = [1 if kind == WR else -1 if kind in (CQE, WITHHELD) else 0 for kind in range(256)]
+
+
+def _buckets(index, counts, bucket):
+    """[[event index, in flight]] of one QP (its events' indexes, ascending, and counts): the first highest
+    point of each run of ``bucket`` events (every point when bucket is 1). A bisection and a max() a run."""
     if bucket == 1:
-        return points
-    kept = {}
-    for index, value in points:
-        slot = index // bucket
-        if slot not in kept or value > kept[slot][1]:
-            kept[slot] = [index, value]
-    return [kept[slot] for slot in sorted(kept)]
+        return [list(point) for point in zip(index, counts)]
+    points, low = [], 0
+    while low < len(index):
+        high = bisect_left(index, (index[low] // bucket + 1) * bucket, low)
+        top = max(counts[low:high])
+        at = counts.index(top, low, high)
+        points.append([index[at], top])
+        low = high
+    return points
 
 
 LANES = ("locks", "children", "supervisor")

@@ -8,9 +8,11 @@ simulated-runner output (tests/helpers/sim_pair.py), broken by defect switches.
 """
 
 import json
+import random
 import shutil
 from collections import defaultdict
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 from helpers import observer_log
@@ -18,6 +20,7 @@ from helpers.receipts import edit_json
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import plots
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.html_report import render_html
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
@@ -192,3 +195,38 @@ def test_a_real_browser_renders_the_page(broken, tmp_path):
     subprocess.run([BROWSER, "--no-sandbox", "--disable-gpu", f"--screenshot={shot}", "--window-size=1200,2400",
                     page.as_uri()], capture_output=True, timeout=120, check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+class _Flow:
+    """A stand-in observer log: only what plots.inflight reads."""
+
+    ok, path = True, "observer-accounting.bin"
+
+    def __init__(self, kinds, qpns):
+        self.kinds, self.qpns = kinds, qpns
+
+    def flow(self):
+        return {"kind": self.kinds, "qpn": self.qpns}
+
+
+@pytest.mark.parametrize("max_points", [1, 3, 7, 2000])
+def test_inflight_buckets_keep_each_runs_first_highest_point(monkeypatch, max_points):
+    # Long logs are drawn as buckets (plots.MAX_POINTS): each run of events keeps its first highest
+    # point per QP, counted here event by event; completions before their WR go below zero.
+    monkeypatch.setattr(plots, "MAX_POINTS", max_points)
+    rng = random.Random(max_points)
+    kinds = bytes(rng.choice((1, 1, 2, 3)) for _ in range(400))
+    qpns = [rng.choice((7, 9, 11)) for _ in range(400)]
+    case = SimpleNamespace(observer_logs={("requester", 1, "accounting"): _Flow(kinds, qpns)},
+                           workload={"send_queue_depth": 8})
+    bucket = max(1, -(-len(kinds) // max_points))
+    count, want = defaultdict(int), defaultdict(dict)
+    for index, (kind, qpn) in enumerate(zip(kinds, qpns)):
+        count[qpn] += 1 if kind == 1 else -1
+        slot = want[str(qpn)]
+        if index // bucket not in slot or count[qpn] > slot[index // bucket][1]:
+            slot[index // bucket] = [index, count[qpn]]
+    (entry,) = plots.inflight(case)
+    assert entry["bucket"] == bucket
+    assert entry["qps"] == {qpn: [slot[s] for s in sorted(slot)] for qpn, slot in want.items()}
+    assert entry["max"] == {qpn: max(n for _i, n in points) for qpn, points in entry["qps"].items()}
