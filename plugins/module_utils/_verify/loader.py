@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import is_not, itemgetter, methodcaller
+from operator import eq, is_not, itemgetter, methodcaller
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import (
     MAX_DOCUMENT_BYTES,
@@ -405,6 +405,16 @@ class ObserverLog:
                                    **{name: list(compress(self._slots[slot], mask)) for name, slot in (
                                        ("qpn", "qpn"), ("wr_id", "wr_id"), ("ctx", "c"), ("cq", "d"))}}
         return self._cache["flow"]
+
+    def qp_masks(self):
+        """{qpn: mask over ``flow()``, true at that QP's events}, made once (the replay and the in-flight plot
+        both split the flow by QP); a log of one QP gets None (every event is its)."""
+        if "qp_masks" not in self._cache:
+            qpns = self.flow()["qpn"]
+            distinct = set(qpns)
+            self._cache["qp_masks"] = {qpn: None if len(distinct) == 1 else list(map(eq, qpns, repeat(qpn)))
+                                       for qpn in distinct}
+        return self._cache["qp_masks"]
 
     def digests(self):
         """The SHA-256 (32 bytes, or None where not hashed) of each data event, in the order of ``data()``."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import accumulate, compress, repeat
-from operator import eq
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import CQE, WITHHELD, WR
 
@@ -62,12 +61,12 @@ def inflight(case):
         if not log.ok:
             continue
         flow = log.flow()
-        kinds, qpns = flow["kind"], flow["qpn"]
+        kinds = flow["kind"]
         bucket = max(1, -(-len(kinds) // MAX_POINTS))
-        qps, most, distinct = {}, {}, sorted(set(qpns))
-        for qpn in distinct:
+        qps, most, masks = {}, {}, log.qp_masks()
+        for qpn in sorted(masks):
             # Each QP's events (whole-column passes in C), its count a running sum of +1/-1 steps.
-            mask = list(map(eq, qpns, repeat(qpn))) if len(distinct) > 1 else repeat(True)
+            mask = repeat(True) if masks[qpn] is None else masks[qpn]
             index = list(compress(range(len(kinds)), mask))
             counts = list(accumulate(map(_STEP.__getitem__, compress(kinds, mask))))
             qps[str(qpn)] = _buckets(index, counts, bucket)

@@ -77,7 +77,7 @@ class Replay:
             if self._fast(log, seq, table):
                 # Parent of each flow event: its WR's (WRs in order; completions by their WR's index).
                 seq_parent = _merge(seq[0], parents, map(parents.__getitem__, self._done_index))
-                self.max_wrs, self.max_parents = _in_flight_healthy(seq[0], seq[1], seq_parent)
+                self.max_wrs, self.max_parents = _in_flight_healthy(seq[0], log.qp_masks(), seq_parent)
             else:
                 self._walk(log, seq, table)
                 seq_parent = [None if i is None else parents[i] for i in self._wr_of]
@@ -177,12 +177,13 @@ class Replay:
         returns the parent of each logged WR (None: not listed). ``wrs``: the ledger's WR columns."""
         qpns, wr_ids, sizes = table["qpn"], table["wr_id"], table["bytes"]
         self.wrs, self.bytes, self.devices = len(qpns), sum(sizes), set(table["dev"])
-        ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
         # The same WRs in the same order (an engine lists them as it posts them): compared column by
         # column, no key built.
-        if all(wrs[name] == table[name] for name in _FIELDS) and wrs["context"] == ctxs and wrs["cq"] == cqs:
+        if all(wrs[name] == table[name] for name in _FIELDS) and _same_texts(wrs["context"], table["ctx"]) \
+                and _same_texts(wrs["cq"], table["cq"]):
             self.unlisted, self.differing, self.missing = [], [], []
             return wrs["parent"]
+        ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
         seen = list(zip(qpns, wr_ids))
         listed = dict(zip(zip(wrs["qpn"], wrs["wr_id"]), range(len(wrs["qpn"]))))
         self.unlisted = list(islice(filterfalse(listed.__contains__, seen), MAX_PROBLEMS_SHOWN))
@@ -228,6 +229,12 @@ def _texts(column):
     return column
 
 
+def _same_texts(texts, column):
+    """Whether the ledger's ``texts`` name the log's pointers ``column`` one for one: each distinct pair
+    compared once (a process has few contexts and CQs), no text rendered per WR."""
+    return len(texts) == len(column) and all(text == pointer_text(value) for text, value in set(zip(texts, column)))
+
+
 def _merge(seq_kind, wr_values, done_values):
     """One value per flow event: the WRs' in order at WR events, the completions' at the others (each
     event takes the next value of its kind's iterator, in C)."""
@@ -236,18 +243,13 @@ def _merge(seq_kind, wr_values, done_values):
     return list(map(next, map(sources.__getitem__, seq_kind)))
 
 
-def _in_flight_healthy(seq_kind, seq_qpn, seq_parent):
+def _in_flight_healthy(seq_kind, masks, seq_parent):
     """(most WRs, most distinct parents) in flight per QPN of a log whose every completion ends one WR
-    of its QP: the events of each QP, in order, walked once (``_on_one_qp``)."""
+    of its QP: the events of each QP (``masks``: ObserverLog.qp_masks), in order, walked once (``_on_one_qp``)."""
     is_wr = seq_kind.translate(_IS_WR)
-    qpns = set(seq_qpn)
     most_wrs, most_parents = {}, {}
-    for qpn in qpns:
-        if len(qpns) == 1:
-            mine = (is_wr, seq_parent)
-        else:
-            mask = list(map(eq, seq_qpn, repeat(qpn)))
-            mine = (bytes(compress(is_wr, mask)), list(compress(seq_parent, mask)))
+    for qpn, mask in masks.items():
+        mine = (is_wr, seq_parent) if mask is None else (bytes(compress(is_wr, mask)), list(compress(seq_parent, mask)))
         most_wrs[qpn], most_parents[qpn] = _on_one_qp(*mine)
     return most_wrs, most_parents
 

@@ -22,6 +22,7 @@ from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import plots
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.html_report import render_html
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import ObserverLog
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
 DEFECTS = ["exceed_sq_depth", "skew_native_counter"]
@@ -197,16 +198,15 @@ def test_a_real_browser_renders_the_page(broken, tmp_path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
-class _Flow:
-    """A stand-in observer log: only what plots.inflight reads."""
-
-    ok, path = True, "observer-accounting.bin"
+class _Flow(ObserverLog):
+    """An observer log of given WR and completion events: only what plots.inflight reads."""
 
     def __init__(self, kinds, qpns):
-        self.kinds, self.qpns = kinds, qpns
+        super().__init__("observer-accounting.bin")
+        self.flow_kinds, self.qpns = kinds, qpns
 
     def flow(self):
-        return {"kind": self.kinds, "qpn": self.qpns}
+        return {"kind": self.flow_kinds, "qpn": self.qpns}
 
 
 @pytest.mark.parametrize("max_points", [1, 3, 7, 2000])
