@@ -17,14 +17,16 @@ placed after them are masked (listed; the digest coverage is timed on its own); 
 the point here.
 
 Usage: unshare -n bash -c 'ip link set lo up && .venv/bin/python bench/bench_verifier.py [--records N]
-[--format binary|json] [--no-data] [--profile]' (the simulated pair binds loopback addresses; run it
-in a network namespace of its own).
+[--format binary|json] [--no-data] [--profile] [--against GIT_REF]' (the simulated pair binds loopback
+addresses; run it in a network namespace of its own). ``--against``: the same verification by the
+collection at another git ref, alternated with this tree's (on a shared box, compare side by side).
 """
 
 import argparse
 import cProfile
 import json
 import pstats
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,14 +127,22 @@ def scale(case_dir, records, fmt="binary", with_data=True):
 
 
 def _timed(function, *args, repeat=1):
-    """(result, best seconds of ``repeat`` calls): the best, as other work on the box only adds time."""
-    best = None
+    """(result, best seconds of ``repeat`` calls): the best, as other work on the box only adds time.
+    The best CPU seconds of this process go to ``CPU`` (by the phase's function name)."""
+    best = cpu_best = None
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = function(*args)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         best = elapsed if best is None else min(best, elapsed)
+        cpu_best = cpu if cpu_best is None else min(cpu_best, cpu)
+    CPU[getattr(function, "__name__", str(function))] = cpu_best
     return result, best
+
+
+# Best CPU seconds per timed function: on a shared box (other processes holding the cores) the wall
+# clock of a phase can be several times its CPU time; the CPU time is what the code itself costs.
+CPU = {}
 
 
 def _digests_over(case_dir, root):
@@ -140,6 +150,44 @@ def _digests_over(case_dir, root):
     profile = model.validate_profile(json.loads((case_dir / "case.json").read_text())["profile"])
     case = case_receipts(str(case_dir), "ra", profile, model.derive_workload(profile), root=root)
     return _timed(digests.check_coverage, case)[1]
+
+
+_ONE_RUN = """
+import sys, tempfile, time
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+started, cpu = time.perf_counter(), time.process_time()
+verdict = verify_run(sys.argv[2], tempfile.mkdtemp())
+print(time.process_time() - cpu, time.perf_counter() - started, verdict["verdict"])
+"""
+
+
+def _tree_of(ref, tmp):
+    """A collections path holding the collection's plugins at git ``ref`` (git archive), for ``--against``."""
+    tree = Path(tmp) / "against"
+    (tree / "ansible_collections" / "orbite").mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "plugins"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree.parent)], input=archive.stdout, check=True)
+    (tree / "ansible_collections" / "orbite" / "qualification").symlink_to(tree.parent)
+    return tree
+
+
+def _side_by_side(run_dir, events, ref, tmp, rounds=3):
+    """verify_run of this tree and of ``ref``, alternated in fresh processes over the same run: best CPU and
+    wall seconds of each (the box's other load falls on both alike)."""
+    trees = {"this tree": REPO / ".collections", ref: _tree_of(ref, tmp)}
+    best = {name: [None, None, None] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            out = subprocess.run([sys.executable, "-c", _ONE_RUN, str(tree), str(run_dir)], capture_output=True,
+                                 text=True, check=True).stdout.split()
+            cpu, wall = float(out[0]), float(out[1])
+            old = best[name]
+            best[name] = [min(cpu, old[0] or cpu), min(wall, old[1] or wall), out[2]]
+    print(f"side by side (best of {rounds}, alternated, fresh processes):")
+    for name, (cpu, wall, verdict) in best.items():
+        print(f"  {name:20s} CPU {cpu:5.2f} s ({events / cpu:,.0f} records/s)   wall {wall:5.2f} s "
+              f"({events / wall:,.0f} records/s)   verdict {verdict}")
 
 
 def _rule_times(verdict, prefix):
@@ -153,6 +201,8 @@ def main():
     parser.add_argument("--format", choices=("binary", "json"), default="binary")
     parser.add_argument("--no-data", action="store_true", help="no data records (wr and cqe only)")
     parser.add_argument("--profile", action="store_true", help="also print the top of a cProfile of verify_run")
+    parser.add_argument("--against", metavar="GIT_REF", help="also time verify_run of the collection at this git ref "
+                        "(e.g. main, HEAD~2) over the same run, alternated with this tree's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
@@ -191,11 +241,11 @@ def main():
         wrs = log.count(loader.WR)
         print("where the time goes (best of 3 each):")
         print(f"  load the observer log       {load_s:6.2f} s   ({events / load_s:,.0f} records/s; bounded read "
-              f"{read_s:.2f} s)")
+              f"{read_s:.2f} s; CPU {CPU['load_observer_log']:.2f} s)")
         print(f"  load the requester ledger   {ledger_s:6.2f} s   ({ledger_path.stat().st_size / 1e6:.1f} MB, "
-              f"{wrs:,} WRs listed in columns, json.loads-bound)")
+              f"{wrs:,} WRs listed in columns, json.loads-bound; CPU {CPU['load_ledger']:.2f} s)")
         print(f"  replay the log              {replay_s:6.2f} s   ({events / replay_s:,.0f} records/s; read by "
-              "every accounting rule)")
+              f"every accounting rule; CPU {CPU['Replay']:.2f} s)")
         digests_s = _digests_over(case_dir, str(run_dir))
         print(f"  digest coverage over the scaled log {digests_s:.2f} s (in the verdict it is masked by "
               "counters.slicing: 333,333 slices where the profile derives 192)")
@@ -205,7 +255,10 @@ def main():
         for found in sorted(findings, key=lambda f: -f["time"])[:8]:
             print(f"    {found['code']:28s}{found['time']:6.2f} s  {found['status']}")
         print(f"  rest (other receipts, reports) {seconds - load_s - ledger_s - rules_s:6.2f} s")
-        print(f"without the ledger's share: {events / max(1e-9, seconds - ledger_s):,.0f} records/s")
+        print(f"without the ledger's share: {events / max(1e-9, seconds - ledger_s):,.0f} records/s (CPU time: "
+              f"{events / max(1e-9, cpu - CPU['load_ledger']):,.0f} records/s)")
+        if args.against:
+            _side_by_side(run_dir, events, args.against, tmp)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.runcall(verify_run, str(run_dir), str(Path(tmp) / "out"))
