@@ -273,6 +273,20 @@ def test_the_ledger_differences_are_named(tmp_path, monkeypatch):
     assert [key for key, _wr, _event in fast.differing] == [(wrs[3]["qpn"], wrs[3]["wr_id"])]
 
 
+
+@pytest.mark.parametrize("fmt", ["binary", "json"])
+@pytest.mark.parametrize("column", ["context", "cq"])
+def test_a_ledger_pointer_of_another_qp_is_named(tmp_path, monkeypatch, fmt, column):
+    # Contexts and CQs are compared one distinct (ledger text, log pointer) pair at a time: one WR
+    # naming another QP's context or CQ is found.
+    events, ledger = _engine(3)
+    wrs = ledger["rounds"][0]["wrs"]
+    wrs[3][column] = next(wr for wr in wrs if wr["qpn"] != wrs[3]["qpn"])[column]
+    fast, walked = _replays(tmp_path, events, ledger, fmt, monkeypatch)
+    assert _figures(fast) == _figures(walked)
+    assert [key for key, _wr, _event in fast.differing] == [(wrs[3]["qpn"], wrs[3]["wr_id"])]
+    assert fast.unlisted == fast.missing == []
+
 def _columns(log):
     """Every column a rule can read, pointers as text (the binary form holds the pointers themselves)."""
     out = {"devices": log.devices, "summary": log.summary, "digests": log.digests(), "wrs": log.wrs()}
