@@ -42,11 +42,11 @@ unit: setup
 	$(BIN)/pytest -q -n auto tests
 
 # Namespaced fake hosts need root (mount/UTS/PID namespaces, sshd); say so rather than fail.
-# The scenarios (extensions/molecule/*, one lab each, one after the other): the rail-accounting gate and
-# the restart gate over SSH. Molecule's default ephemeral directory (~/.ansible/tmp/molecule.<hash of
+# The scenarios (extensions/molecule/*, one lab each, one after the other): the rail-accounting, restart and
+# interruption gates over SSH. Molecule's default ephemeral directory (~/.ansible/tmp/molecule.<hash of
 # "extensions">.<scenario>) is the same for every checkout on a machine, and it holds the scenario's lab
 # and runs: each checkout gets its own, outside the checkout (the lab refuses to live in the collection).
-MOLECULE_SCENARIOS := rail_accounting restart
+MOLECULE_SCENARIOS := rail_accounting restart interruption
 MOLECULE_TMP ?= $(or $(TMPDIR),/tmp)/orbite-molecule-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)
 molecule: setup
 	@if [ "$$(id -u)" = 0 ]; then \

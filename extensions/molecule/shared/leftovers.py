@@ -2,7 +2,10 @@
 
 Prints one JSON object: `held_locks`, the lock files of the lock dir (argv[1]) some process holds a
 flock on (probed non-blocking, released at once), and `processes`, every process of the host's PID
-namespace that is neither an sshd nor this probe or one of its ancestors (the SSH session running it).
+namespace that is neither an sshd, nor this probe or one of its ancestors, nor inside an SSH session (a
+descendant of an sshd other than PID 1, the listener): a session's transient processes (Ansible's
+`rm -rf <tmp> && sleep 0`, a login shell's rc scripts) come and go with it, while whatever the gate could
+leave behind (a supervisor, runner or relay detaches from its session) hangs off PID 1.
 Stdlib only, Python >= 3.9: it runs with the host's interpreter.
 """
 
@@ -42,6 +45,27 @@ def ancestors():
     return chain
 
 
+def in_ssh_session(pid, parent_of, is_sshd):
+    """True if an sshd other than PID 1 (the listener) is among the ancestors of ``pid``."""
+    pid = parent_of(pid)
+    while pid > 1:
+        if is_sshd(pid):
+            return True
+        pid = parent_of(pid)
+    return False
+
+
+def _is_sshd(pid):
+    return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("sshd")
+
+
+def _in_session(pid):
+    try:
+        return in_ssh_session(pid, parent_of, _is_sshd)
+    except OSError:  # a process of the chain ended meanwhile, or has no exe (a zombie): not proven
+        return False
+
+
 def leftover_processes():
     mine, left = ancestors(), []
     for entry in os.listdir("/proc"):
@@ -55,7 +79,7 @@ def leftover_processes():
             continue
         except OSError:  # a zombie has no exe: it is still left
             exe, cmdline = "", ""
-        if os.path.basename(exe).startswith("sshd"):
+        if os.path.basename(exe).startswith("sshd") or _in_session(int(entry)):
             continue
         left.append({"pid": int(entry), "exe": exe, "cmdline": cmdline})
     return left

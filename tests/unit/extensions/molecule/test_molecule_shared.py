@@ -59,3 +59,12 @@ def test_the_probe_lists_a_child_left_running_but_not_its_own_chain():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_process_inside_an_ssh_session_is_not_left_but_a_detached_one_is():
+    # PID 1 is the host's sshd (the listener), 10 a session's sshd, 11 its shell, 12 a transient rc-script
+    # child; 20 a supervisor detached to PID 1 and 21 its runner.
+    parents = {10: 1, 11: 10, 12: 11, 20: 1, 21: 20}
+    sshd = {1, 10}
+    in_session = _leftovers().in_ssh_session
+    assert [pid for pid in sorted(parents) if in_session(pid, parents.__getitem__, sshd.__contains__)] == [11, 12]
