@@ -7,6 +7,9 @@
  *
  *   ORBITE_CQ_FAULT_SKIP   successful payload completions passed first (0)
  *   ORBITE_CQ_FAULT_LIMIT  at most this many withheld, 0 = no limit (0)
+ *   ORBITE_CQ_FAULT_REPEAT 1: after LIMIT withheld, pass SKIP and withhold
+ *                          LIMIT again, for good (one window per round a
+ *                          long-lived process loses); needs LIMIT > 0 (0)
  */
 #include "obs.h"
 
@@ -14,7 +17,7 @@
 #include <string.h>
 
 static int armed;
-static long skip_left, limit, withheld;
+static long skip, skip_left, limit, withheld, repeat;
 
 static void cq_fault_init(void)
 {
@@ -24,11 +27,17 @@ static void cq_fault_init(void)
 		obs_warn("not armed (ORBITE_CQ_FAULT_ARMED is not 1): accounting only");
 		return;
 	}
-	if (obs_env_long("ORBITE_CQ_FAULT_SKIP", 0, 0, 1L << 40, &skip_left) ||
-	    obs_env_long("ORBITE_CQ_FAULT_LIMIT", 0, 0, 1L << 40, &limit)) {
+	if (obs_env_long("ORBITE_CQ_FAULT_SKIP", 0, 0, 1L << 40, &skip) ||
+	    obs_env_long("ORBITE_CQ_FAULT_LIMIT", 0, 0, 1L << 40, &limit) ||
+	    obs_env_long("ORBITE_CQ_FAULT_REPEAT", 0, 0, 1, &repeat)) {
 		obs_warn("not armed: bad configuration");
 		return;
 	}
+	if (repeat && !limit) {
+		obs_warn("not armed: ORBITE_CQ_FAULT_REPEAT=1 needs ORBITE_CQ_FAULT_LIMIT > 0");
+		return;
+	}
+	skip_left = skip;
 	armed = 1;
 }
 
@@ -42,8 +51,16 @@ static int cq_fault_withhold(const char *dev)
 		skip_left--;
 		return 0;
 	}
-	if (limit && withheld >= limit)
-		return 0;
+	if (limit && withheld >= limit) {
+		if (!repeat)
+			return 0;
+		withheld = 0; /* the next window: SKIP passed again first */
+		skip_left = skip;
+		if (skip_left > 0) {
+			skip_left--;
+			return 0;
+		}
+	}
 	withheld++;
 	return 1;
 }

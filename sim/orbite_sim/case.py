@@ -13,11 +13,14 @@ import re
 from . import PROTOCOL
 from .errors import CaseError
 
-SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption")
+SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
+                   "installed-lost-completion")
 RESTART_MODE = "installed-restart"
 # installed-interruption runs the restart roles with one authorization held before each restart.
 INTERRUPTION_MODE = "installed-interruption"
-RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE)
+# installed-lost-completion runs them with one round's completions withheld by cq_fault before each restart.
+LOST_MODE = "installed-lost-completion"
+RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE)
 FAULT_ROLES = ("source", "requester")
 RESTART_GENERATIONS = (2, 3)
 OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
@@ -53,6 +56,15 @@ INTERRUPTION_DEFECTS = (
     "qp_while_held",
     "skip_rq_drain",
     "survivor_reports_bytes",
+)
+# installed-lost-completion only (docs/lost_completion.md): each breaks one lost_completion rule
+# (tests/unit/sim/test_sim_lost_completion.py).
+LOST_DEFECTS = (
+    "fabricate_cqe",
+    "lost_debt_cleared",
+    "lost_reports_bytes",
+    "drain_before_destroy",
+    "source_keeps_grants",
 )
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
@@ -198,7 +210,8 @@ def validate_case(raw):
     case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
-    case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS)
+    case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS
+                                  + LOST_DEFECTS)
     case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
     generations = case["profile"].get("generations", 1)
     if case["generation"] > generations:
@@ -207,8 +220,13 @@ def validate_case(raw):
     case["survivor"] = restart and role != case["profile"]["fault_role"]
     if restart:
         case["timeouts"].setdefault("restart_s", DEFAULT_RESTART_S)
-    if case["profile"]["mode"] == INTERRUPTION_MODE:
+    if case["profile"]["mode"] in (INTERRUPTION_MODE, LOST_MODE):
+        # lost completions: how long each batch of the lost round waits for completions that never come.
         case["timeouts"].setdefault("grant_s", DEFAULT_GRANT_S)
+    if case["profile"]["mode"] != LOST_MODE:
+        for i, name in enumerate(case["defects"]):
+            if name in LOST_DEFECTS:
+                _fail(f"defects[{i}]", name, "is an installed-lost-completion switch")
     if case["profile"]["mode"] != INTERRUPTION_MODE:
         for i, name in enumerate(case["defects"]):
             if name in INTERRUPTION_DEFECTS:
@@ -260,9 +278,9 @@ def _validate_profile(profile):
             _fail("profile.fault_role", p.get("fault_role"), f"must be 'source' or 'requester' ({mode})")
         if p.get("generations") not in RESTART_GENERATIONS:
             _fail("profile.generations", p.get("generations"), f"must be 2 or 3 ({mode})")
-        if mode == INTERRUPTION_MODE and p["payload"] > p["block"]:
+        if mode in (INTERRUPTION_MODE, LOST_MODE) and p["payload"] > p["block"]:
             _fail("profile.payload", p["payload"], f"must be <= profile.block ({p['block']}): one slice per parent "
-                  "(installed-interruption)")
+                  f"({mode})")
     elif p.get("generations", 1) != 1:
         _fail("profile.generations", p.get("generations"), f"must be 1 in mode {mode}")
     # ceil() bounds what wrong_slicing can produce too.

@@ -21,7 +21,7 @@ import sys
 import time
 
 from . import content, sysfs
-from .case import INTERRUPTION_MODE, RESTART_MODES
+from .case import INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, wr_columns, write_json_atomic
 from .progress import report as report_progress
@@ -52,6 +52,9 @@ HELD_ROUND = ROUNDS + 1
 BIND_WR_ID = 1 << 40
 RECV_WR_ID = 2 << 40
 RECLAIM_S = 10.0
+# installed-lost-completion (docs/lost_completion.md): the round after a nonfinal generation's three is the one
+# whose payload completions the cq_fault observer withholds.
+LOST_ROUND = ROUNDS + 1
 
 _rng = random.SystemRandom()
 
@@ -161,6 +164,7 @@ class Engine:
         self.generations = self.profile.get("generations", 1)
         self.restart = self.profile["mode"] in RESTART_MODES
         self.interruption = self.profile["mode"] == INTERRUPTION_MODE
+        self.lost_mode = self.profile["mode"] == LOST_MODE
         self.survivor = case.get("survivor", False)
         if "reuse_epoch" in self.defects:
             # The defect: an epoch derived from the registration, so every process of it has the same one.
@@ -454,7 +458,41 @@ class Engine:
                   "retired_qps": [], "stale_probes": [], "restart_point": None}
         if self.interruption:
             record.update(interruption=None, recovery=None)
+        if self.lost_mode:
+            record.update(lost=None, recovery=None)
         return record
+
+    # ------------------------------------------------------------------ lost completions (docs/lost_completion.md)
+
+    def recover_lost(self, qps, drain):
+        """The survivor after its peer died while completions were lost: every affected QP is destroyed first,
+        each destroy a receipt (result and time), and only then ``drain()`` releases what the engine still owns
+        (SQ debt, loans, grants) and returns its receipt. drain_before_destroy: the drain comes first."""
+        steps = []
+
+        def destroy_all():
+            for qp in qps:
+                if not qp.live:
+                    continue
+                try:
+                    self.destroy_qp(qp, "restart")
+                    result = "Ok"
+                except VerbsError as exc:
+                    result = f"Failed: {exc}"
+                steps.append({"step": len(steps), "at": time.time(), "action": "destroy_qp", "qpn": qp.qpn,
+                              "result": result})
+
+        def drain_all():
+            record = drain()
+            # The provider's own count of live QPs when the drain is receipted (0 once every destroy came first).
+            record.update(step=len(steps), at=time.time(), action="drain", provider_qps=self.provider.held()["qp"])
+            steps.append(record)
+
+        for action in ((drain_all, destroy_all) if "drain_before_destroy" in self.defects
+                       else (destroy_all, drain_all)):
+            action()
+        self.forget_qps()
+        return {"affected_qps": sorted(qp.qpn for qp in qps), "steps": steps}
 
     # ------------------------------------------------------------------ interruption (docs/interruption.md)
 

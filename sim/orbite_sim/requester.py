@@ -18,6 +18,7 @@ from .case import parse_address
 from .content import RoundInput, region_offset
 from .engine import (
     HELD_ROUND,
+    LOST_ROUND,
     ROUNDS,
     SEND_QUEUE_DEPTH,
     Engine,
@@ -58,6 +59,7 @@ class RequesterEngine(Engine):
         self.remote = {}  # qpn -> (the peer's data MR address, its rkey) this QP reaches
         self.sq_depth = EXCEEDED_DEPTH if "exceed_sq_depth" in self.defects else SEND_QUEUE_DEPTH
         self.held = None  # installed-interruption: the batches of the round whose grant is held
+        self.lost = None  # installed-lost-completion: the round whose completions were withheld
         self.held_grants = set()  # parents the source granted this round and has not taken back
 
     def run(self):
@@ -76,6 +78,8 @@ class RequesterEngine(Engine):
                 break
             if self.interruption:
                 self.held_round()
+            elif self.lost_mode:
+                self.lost_round()
             # installed-restart: the generation's restart point, both peers drained and idle.
             self.rv.send("RESTART_POINT", generation=self.generation)
             self.rv.recv(self.timeouts["round_s"], ["RESTART_ACK"])
@@ -83,7 +87,7 @@ class RequesterEngine(Engine):
             if not self.survivor:
                 self.await_kill()
             self.await_peer_death()
-            recovery = self.fail_held() if self.interruption else None
+            recovery = self.fail_held() if self.interruption else self.fail_lost() if self.lost_mode else None
             self.next_generation()
             if recovery is not None:
                 errors = recovery.pop("errors")
@@ -348,6 +352,145 @@ class RequesterEngine(Engine):
                             "locally_drained": True, "free": self.free(batch, self.held["round"])})
         recovery.update(batches=batches, errors=errors)
         self.held = None
+        return recovery
+
+    # --------------------------------------------------------------- installed-lost-completion
+
+    def lost_round(self):
+        """The round after a nonfinal generation's three (docs/lost_completion.md): submitted and granted as
+        always, one batch per enabled rail, every WR posted (the provider moves the bytes), but the cq_fault
+        observer withholds the successful completions from poll_cq. Each batch's wait times out and free()
+        returns BatchBusy; the engine still owns its SQ debt, the source's grants and the DMA loans (the
+        regions lent to the WRs) when the restart point is written."""
+        round_no = LOST_ROUND
+        self.round_no = round_no
+        before = self.held_snapshot()
+        placement = self.placement()
+        parents_msg = [{"parent": p, "rail": rail, "lane": lane, "bytes": self.payload}
+                       for p, (rail, lane) in enumerate(placement)]
+        if self.operation == "read":
+            self.poison_destination()
+            self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg)
+        else:
+            self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=self.local_input(round_no))
+        ready = self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
+        self.held_grants = {int(p) for p in ready.get("grants", [])}
+        parents = [self.parent_entry(p, rail, lane, self.live_qps[(rail, lane)].qpn, self.payload, 0, 1, "Pending")
+                   for p, (rail, lane) in enumerate(placement)]
+        self.wr_info = {}
+        wrs = [self._post(round_no, self.live_qps[(p["rail"], p["lane"])], p, 0, self.payload, p["region_offset"])
+               for p in parents]
+        posted = self.held_snapshot()
+        self._reap_lost(wrs, time.monotonic() + self.timeouts["grant_s"])
+        # The kill point is defined once the provider consumed every WR (its bytes moved, its completion
+        # gone to the observer): the provider's send queues, never the engine's own records.
+        deadline = time.monotonic() + self.timeouts["round_s"]
+        while any(qp.provider_outstanding() for qp in self.live_qps.values()) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        events = new_progress(self.events)
+        if self.events:
+            # A CQ left armed by round 3 signals for the withheld completions: acknowledged here, so the event
+            # is this round's and never counted by the next generation's first round.
+            cqs = [self.contexts[r]["cq"] for r in self.enabled_rails]
+            self._consume_events(cqs, [self.contexts[r]["channel"] for r in self.enabled_rails], events, 0)
+        if "fabricate_cqe" in self.defects:  # the defect: a completion nobody delivered, reported as success
+            wrs[0].update(status="SUCCESS", completed_seq=self.seq)
+            self.seq += 1
+        if "lost_debt_cleared" in self.defects:  # the defect: the engine forgets the debt it still owns
+            for qp in self.live_qps.values():
+                qp.outstanding = 0
+        batches = []
+        for rail in self.enabled_rails:
+            members = [p for p, (r, _lane) in enumerate(placement) if r == rail]
+            mine = [w for w in wrs if w["parent"] in members]
+            state = "Completed" if all(w["status"] == "SUCCESS" for w in mine) else "Running"
+            batch = {"batch": round_no * 10 + rail, "rail": rail, "parents": members, "state": state,
+                     "wait": None, "free": None}
+            if state == "Running":
+                error = EngineError("Timeout", "wait", f"batch {batch['batch']}: {len(members)} WR(s) without "
+                                    f"completion within {self.timeouts['grant_s']:g} s", round_no=round_no,
+                                    remote_effect=self._lost_effect(), locally_drained=False, expected=True)
+                self.doc["errors"].append(error.as_dict())
+            batch["wait"] = {"timeout_s": self.timeouts["grant_s"], "result": "Timeout" if state == "Running" else "Ok",
+                             "state_after": state}
+            batch["free"] = self.free(batch, round_no, mine)
+            batches.append(batch)
+        sq_debt = {str(qp.qpn): qp.outstanding for qp in self.live_qps.values()}
+        self.lost = {
+            "round": round_no, "parents": len(parents), "batches": batches,
+            "wrs": [{k: w[k] for k in ("wr_id", "parent", "rail", "lane", "qpn", "bytes", "status", "completed_seq")}
+                    for w in wrs],
+            "sq_debt": sq_debt, "provider_outstanding": {str(qp.qpn): qp.provider_outstanding()
+                                                        for qp in self.live_qps.values()},
+            "grants_held": sorted(self.held_grants),
+            "loans": [{"parent": w["parent"], "offset": w["local_offset"], "bytes": w["bytes"]}
+                      for w in wrs if w["completed_seq"] is None],
+            "reported_bytes": sum(p["completed_bytes"] for p in parents), "cq_events": events["cq_events"],
+            "before": before, "posted": posted, "after": self.held_snapshot(),
+        }
+        self.doc["restart"]["lost"] = self.lost
+        self.checkpoint()
+
+    def _lost_effect(self):
+        """What a peer may have seen of a lost WRITE is unknown; a READ changes nothing remote."""
+        return "Unknown" if self.operation == "write" else "None"
+
+    def _reap_lost(self, wrs, deadline):
+        """Poll (never arming a channel) until every WR completed or ``deadline``: the completions cq_fault
+        withholds never come; any that does is recorded as it came."""
+        while any(w["completed_seq"] is None for w in wrs) and time.monotonic() < deadline:
+            got = 0
+            for rail in self.enabled_rails:
+                for wr_id, status, _len, qpn in self.contexts[rail]["cq"].poll(POLL_BATCH):
+                    got += 1
+                    record, qp = self.wr_info.get(wr_id), self.qp_by_num.get(qpn)
+                    if record is None or qp is None:
+                        raise EngineError("Internal", "wait", f"completion of wr_id {wr_id} on QP {qpn}: not a WR "
+                                          "of the lost round", round_no=self.round_no)
+                    qp.retire()
+                    record.update(status=WC_STATUS_NAMES.get(status, str(status)), completed_seq=self.seq)
+                    self.seq += 1
+            if not got:
+                time.sleep(0.002)
+
+    def fail_lost(self):
+        """The surviving requester after the source died with the lost round's completions outstanding: every
+        QP that carried a lost WR is destroyed (receipts), then the engine drains locally: its SQ debt, the
+        loans and the dead source's grants are dropped; each batch fails with zero reported bytes, WRITE effects
+        Unknown (a READ's None), a typed PeerLost of its own, and then free() succeeds."""
+        if self.lost is None:
+            raise protocol_error("restart", "the source died, but no round was lost")
+        lost = self.lost
+        pending = [w for w in lost["wrs"] if w["completed_seq"] is None]
+        affected = sorted({w["qpn"] for w in pending})
+        qps = [self.qp_by_num[q] for q in affected if q in self.qp_by_num]
+
+        def drain():
+            debt = {"wrs": sum(qp.outstanding for qp in qps), "bytes": sum(w["bytes"] for w in pending),
+                    "grants": len(self.held_grants), "loans": len(lost["loans"])}
+            for qp in qps:
+                qp.outstanding = 0
+            self.held_grants = set()
+            return {"debt_before": debt, "debt_after": {"wrs": sum(qp.outstanding for qp in qps), "bytes": 0,
+                                                        "grants": len(self.held_grants), "loans": 0},
+                    "locally_drained": True}
+
+        recovery = self.recover_lost(qps, drain)
+        lying = "lost_reports_bytes" in self.defects
+        effect = self._lost_effect()
+        batches, errors = [], []
+        for batch in lost["batches"]:
+            nbytes = len(batch["parents"]) * self.payload if lying else 0
+            batch["state"] = "Failed"
+            error = EngineError("PeerLost", "wait", f"batch {batch['batch']}: the source died with its completions "
+                                "lost", round_no=lost["round"], remote_effect=effect, locally_drained=True,
+                                nbytes=nbytes, expected=True)
+            errors.append(error.as_dict())
+            batches.append({"batch": batch["batch"], "rail": batch["rail"], "parents": batch["parents"],
+                            "state": "Failed", "bytes": nbytes, "remote_effect": effect, "locally_drained": True,
+                            "free": self.free(batch, lost["round"], [])})
+        recovery.update(batches=batches, errors=errors)
+        self.lost = None
         return recovery
 
     def transfer(self, round_no, parents, sizes, created, existing):

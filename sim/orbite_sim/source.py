@@ -17,6 +17,7 @@ from .case import format_address, parse_address
 from .engine import (
     BIND_WR_ID,
     HELD_ROUND,
+    LOST_ROUND,
     RAILS,
     RECV_WR_ID,
     ROUNDS,
@@ -68,7 +69,7 @@ class SourceEngine(Engine):
             if not self.survivor:
                 self.await_kill()
             self.await_peer_death()
-            recovery = self.release_held() if self.interruption else None
+            recovery = self.release_held() if self.interruption else self.release_lost() if self.lost_mode else None
             self.next_generation()
             if recovery is not None:
                 self.doc["restart"]["recovery"] = recovery
@@ -121,11 +122,15 @@ class SourceEngine(Engine):
                 self.mark_counters(rnd)  # before the next ROUND_READY: nothing is lost
                 self.checkpoint()
             elif kind == "RESTART_POINT":
-                if not self.restart or self.generation >= self.generations or self.round_no != ROUNDS:
+                # installed-lost-completion: the lost round was begun (granted) and never done.
+                last = LOST_ROUND if self.lost_mode else ROUNDS
+                if not self.restart or self.generation >= self.generations or self.round_no != last:
                     raise protocol_error("restart", f"RESTART_POINT in generation {self.generation} of "
                                          f"{self.generations} after round {self.round_no}")
                 if self.interruption:
                     self.note_held()
+                if self.lost_mode:
+                    self.note_lost(rnd)
                 self.at_restart_point()
                 self.rv.send("RESTART_ACK", generation=self.generation)
                 return "restart"
@@ -232,6 +237,31 @@ class SourceEngine(Engine):
         recovery.update(grants_released=pending, mw_released=self.mw is not None and not self.mw.live)
         self.grants, self.held, self.mw = set(), None, None
         return recovery
+
+    def note_lost(self, rnd):
+        """installed-lost-completion, at the restart point: the lost round's grants still issued (the source's
+        authorization the requester holds) and what this side's devices served or received meanwhile (the
+        provider's own count: the payload did move, only its completions were lost)."""
+        device = self.device_counters(rnd.device_before)
+        moved = "read_bytes_served" if self.operation == "read" else "write_bytes_landed"
+        self.doc["restart"]["lost"] = {
+            "round": self.round_no, "parents": len(rnd.placement or []), "grants_pending": len(self.grants),
+            "grants_issued": rnd.issued, "device_bytes": {rail: counters[moved] for rail, counters in device.items()},
+            "qps_live": sorted(self.by_qpn), "at": time.time()}
+
+    def release_lost(self):
+        """The surviving source after the requester died owning the lost round: every QP towards it is destroyed
+        (receipts), then the drain releases the grants it still holds. source_keeps_grants: they stay held."""
+        qps = [self.by_qpn[q] for q in sorted(self.by_qpn)]
+
+        def drain():
+            held = len(self.grants)
+            if "source_keeps_grants" not in self.defects:
+                self.grants = set()
+            return {"debt_before": {"grants": held}, "debt_after": {"grants": len(self.grants)},
+                    "grants_released": held - len(self.grants), "locally_drained": not self.grants}
+
+        return self.recover_lost(qps, drain)
 
     def finish_round(self, msg, rnd):
         round_no = int(msg["round"])

@@ -35,11 +35,12 @@ def _wait_file(client, child, path, timeout, what):
     return json.loads(path.read_text())
 
 
-def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_defects=()):
+def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_defects=(), preload=True):
     """Run every generation of the restart case; return the case directory. installed-interruption: the
     requester reaches the source through the control relay (docs/interruption.md), started after the
     source listens and always stopped; each kill also waits for the relay to hold that generation's grant;
-    its journal is laid out as ``<case>/source/relay.jsonl``."""
+    its journal is laid out as ``<case>/source/relay.jsonl``. ``preload=False`` starts the runners without
+    the observers the profile model loads (the plan still expects them)."""
     from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
         SupervisorClient,
         start_supervisor,
@@ -73,8 +74,8 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
         out.mkdir(parents=True, exist_ok=True)
         extra = {"service_address": service or f"{own_ip}:0"} if role == "source" else {
             "peer_address": peer.get("address", service), "peer_registration_id": registrations["source"]}
-        tools = [o["tool"] for o in observers if o["role"] == role]
-        if interruption:
+        tools = [o["tool"] for o in observers if o["role"] == role and preload]
+        if interruption or profile["mode"] == "installed-lost-completion":
             extra["timeouts"] = {"grant_s": GRANT_S}
         case = sim_pair.sim_harness.base_case(profile, role, roots[role], defects, run_id=run_id,
                                               registration_id=registrations[role], generation=generation,
@@ -84,6 +85,8 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
         env = {"PATH": "/usr/bin:/bin"}
         if tools:  # the real observers of the profile model, preloaded by hash by the supervisor
             env["ORBITE_OBSERVER_LOG"] = str(out / f"observer-{tools[0]}.jsonl")
+            for entry in observers:  # how the profile model arms them (cq_fault: docs/lost_completion.md)
+                env.update(entry.get("env", {}) if entry["role"] == role else {})
         child = clients[role].launch(argv, env=env, cwd=str(out),
                                      stdout_path=str(out / "runner.stdout"), stderr_path=str(out / "runner.stderr"),
                                      argv_pins={1: app_sha, 3: None}, record_json=[3],

@@ -105,6 +105,10 @@ PROVOKED_ERRORS = {
     # surviving requester's batches failed when the source died holding their grant.
     "installed-interruption": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"), ("Timeout", "wait"),
                                ("BatchBusy", "free"), ("PeerLost", "wait")),
+    # docs/lost_completion.md: the restart's, plus the lost round's wait timeouts and busy free() calls, and
+    # a surviving requester's batches failed when the source died with their completions lost.
+    "installed-lost-completion": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"),
+                                  ("Timeout", "wait"), ("BatchBusy", "free"), ("PeerLost", "wait")),
 }
 
 # The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).
@@ -828,6 +832,8 @@ def derive_workload(profile: dict) -> dict:
             fault = profile["fault_role"]
             role = fault if role == "fault_role" else ("requester" if fault == "source" else "source")
         observers.append({"tool": tool, "role": role})
+        if tool == "cq_fault":
+            observers[-1]["env"] = cq_fault_env(parents * slices)
 
     workload = {
         "protocol": PROTOCOL,
@@ -857,6 +863,14 @@ def derive_workload(profile: dict) -> dict:
     if profile["mode"] == "installed-rail-accounting":
         workload["min_outstanding_parents_per_rail_qp"] = RAIL_ACCOUNTING_MIN_OUTSTANDING_PER_RAIL_QP
     return workload
+
+
+def cq_fault_env(wrs_per_round: int) -> dict:
+    """installed-lost-completion (docs/lost_completion.md): the cq_fault observer armed on the requester
+    passes every successful payload completion of a generation's rounds and withholds all of the round
+    after them, in every generation of the process (a survivor lives through several)."""
+    return {"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": str(ROUNDS_PER_GENERATION * wrs_per_round),
+            "ORBITE_CQ_FAULT_LIMIT": str(wrs_per_round), "ORBITE_CQ_FAULT_REPEAT": "1"}
 
 
 def _compress(sizes):

@@ -80,11 +80,21 @@ class CaseReceipts:
         return bool((self.plan.get("artifacts") or {}).get("verbs_library"))
 
 
+# Restart-roles modes that load an observer (rules/_lifecycle.py has the roles; importing it here would be
+# circular): installed-restart into the survivor, installed-lost-completion into the requester.
+_OBSERVED_RESTART_MODES = ("installed-restart", "installed-lost-completion")
+
+
 def _survivor(profile):
-    """installed-restart: the role that is one process through every generation (rules/_lifecycle.py)."""
-    if profile.get("mode") != "installed-restart":
+    """The role that is one process through every generation (rules/_lifecycle.py)."""
+    if profile.get("mode") not in _OBSERVED_RESTART_MODES:
         return None
     return "requester" if profile["fault_role"] == "source" else "source"
+
+
+def _killed(profile, role, generation):
+    """True for a runner SIGKILLed at its restart point: its observer log ends without a summary line."""
+    return _survivor(profile) is not None and role == profile["fault_role"] and generation < profile["generations"]
 
 
 def case_receipts(case_dir, case_id, profile, workload, root=None):
@@ -103,7 +113,7 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
             stem = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}"
             path, problem = observer_log_path(stem)
             case.observer_logs[key] = ObserverLog(path, problem=problem) if problem else load_observer_log(
-                path, root, budget)
+                path, root, budget, killed=_killed(profile, observer["role"], generation))
     if profile.get("mode") == "installed-interruption":
         # The control relay's journal (docs/interruption.md), fetched from the source node.
         case.relay = load_journal(f"{case_dir}/source/relay.jsonl", root, budget)

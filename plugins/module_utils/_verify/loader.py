@@ -717,9 +717,10 @@ def observer_log_path(stem):
                                     "tool, its name saying its format")
 
 
-def load_observer_log(path, root=None, budget=None) -> ObserverLog:
+def load_observer_log(path, root=None, budget=None, killed=False) -> ObserverLog:
     """The observer log at ``path``: binary records or JSON lines as its header says, which must be what its
-    name says (.bin, .jsonl: receipt.format otherwise)."""
+    name says (.bin, .jsonl: receipt.format otherwise). ``killed``: the profile has its process SIGKILLed
+    (one write per event: every record up to the kill is there, only the summary is not)."""
     log = ObserverLog(path)
     data, log.problem = read_bounded(path, _root(path, root), MAX_LOG_BYTES, budget)
     if log.problem:
@@ -750,7 +751,7 @@ def load_observer_log(path, root=None, budget=None) -> ObserverLog:
         filled = _from_binary(log, data[end + 1:], budget) if binary else _from_json_lines(log, records[1:])
     if not filled:
         return log
-    if log.summary is None:
+    if log.summary is None and not killed:
         log.problem = ReceiptProblem(
             "receipt.truncated", path, "observer log has no summary line (the process never closed it)"
         )

@@ -590,6 +590,20 @@ def test_cq_fault_limit_and_disarmed(build, tmp_path):
     assert "ORBITE_CQ_FAULT_SKIP=many" in r.stderr
 
 
+def test_cq_fault_repeats_its_window(build, tmp_path):
+    """REPEAT: pass SKIP, withhold LIMIT, and again (one lost round per generation of a long-lived
+    requester, docs/lost_completion.md). Red check: without the reset in cq_fault_withhold only 502 is
+    withheld."""
+    env = {"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": "1", "ORBITE_CQ_FAULT_LIMIT": "1",
+           "ORBITE_CQ_FAULT_REPEAT": "1"}
+    r = run(build, "cq_fault", "obs_driver_direct", "withhold", tmp_path, env=env)
+    assert [w["wr_id"] for w in r.events("withheld")] == [502, 600]
+    r = run(build, "cq_fault", "obs_driver_direct", "withhold", tmp_path,
+            env={"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_REPEAT": "1"})
+    assert r.events("withheld") == []
+    assert "ORBITE_CQ_FAULT_REPEAT=1 needs ORBITE_CQ_FAULT_LIMIT > 0" in r.stderr
+
+
 # ------------------------------------------------------------- uverbs_fault --
 
 

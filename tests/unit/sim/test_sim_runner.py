@@ -259,11 +259,13 @@ def _run_single(tmp_path, case, env=None):
     (lambda c: c.update(defects=["melt"]), "case field defects[0] = 'melt': must be one of"),
     (lambda c: c.update(rails=c["rails"][:1]), "case field rails"),
     (lambda c: c.update(colour="red"), "case field colour = 'red': is not a case field"),
-    (lambda c: c["profile"].update(mode="installed-lost-completion"), "profile.mode = 'installed-lost-completion'"),
+    (lambda c: c["profile"].update(mode="installed-inflight-dma"), "profile.mode = 'installed-inflight-dma'"),
     (lambda c: c["profile"].update(mode="installed-interruption", fault_role="source", generations=2, payload=70000,
                                    block=65536), "case field profile.payload = 70000: must be <= profile.block"),
     (lambda c: c.update(defects=["free_busy_ok"]), "case field defects[0] = 'free_busy_ok': is an "
      "installed-interruption switch"),
+    (lambda c: c.update(defects=["fabricate_cqe"]), "case field defects[0] = 'fabricate_cqe': is an "
+     "installed-lost-completion switch"),
     (lambda c: c.update(timeouts={"grant_s": 0}), "case field timeouts.grant_s = 0: must be a positive number"),
     (lambda c: c.pop("service_address"), "case field service_address = null: is required"),
     (lambda c: c.update(observers=["cq_fault", "cq_fault"]), "case field observers = [\"cq_fault\", \"cq_fault\"]: "

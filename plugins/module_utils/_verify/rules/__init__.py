@@ -36,6 +36,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     identity,
     restart,
     interruption,
+    lost_completion,
 )
 
 RULES = REGISTRY.rules()

@@ -16,7 +16,9 @@ RESTART_MODE = "installed-restart"
 # installed-interruption (docs/interruption.md) runs the same roles: one survivor, a fault role killed
 # and replaced per generation, with an authorization held before each kill.
 INTERRUPTION_MODE = "installed-interruption"
-RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE)
+# installed-lost-completion (docs/lost_completion.md) too, with one round's completions withheld before each kill.
+LOST_MODE = "installed-lost-completion"
+RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE)
 # The control relay's defect switches (docs/runner-contract.md section 7): the plan names them with the
 # runners', the relay's journal records them.
 RELAY_SWITCHES = ("leak_grant",)

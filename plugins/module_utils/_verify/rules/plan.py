@@ -12,10 +12,11 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.regis
 
 # Modes whose fault-specific rules are written: any other mode fails by name (case.mode_unverified)
 # instead of passing on the healthy-path rules alone.
-VERIFIED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption")
+VERIFIED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
+                  "installed-lost-completion")
 
 
-@applies("fault modes but installed-restart and installed-interruption")
+@applies("fault modes but installed-restart, installed-interruption and installed-lost-completion")
 def unverified_mode(profile, _workload):
     return profile["mode"] not in VERIFIED_MODES
 

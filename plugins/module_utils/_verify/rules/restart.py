@@ -25,7 +25,7 @@ MRS_PER_CONTEXT = 2  # a data MR and a ctrl MR per context: four persistent MRs 
 PROBED = ("open_segment", "submit")
 
 
-@applies("installed-restart, installed-interruption")
+@applies("installed-restart, installed-interruption, installed-lost-completion")
 def restart_mode(profile, _workload):
     return lifecycle.restart_roles(profile) is not None
 

@@ -326,6 +326,18 @@ def test_restart_loads_accounting_into_the_survivor(fault, survivor):
     assert workload["observers"] == [{"tool": "accounting", "role": survivor}]
 
 
+@pytest.mark.parametrize(("parents", "lanes"), [(8, 1), (16, 3)])
+def test_lost_completion_arms_cq_fault_in_the_requester_for_one_round_per_generation(parents, lanes):
+    """docs/lost_completion.md: pass the three rounds' completions, withhold the next round's, again per generation."""
+    _, workload = pm.load_and_derive(dict(VALID["installed-lost-completion"], parents=parents, num_lanes=lanes))
+    assert workload["observers"] == [{"tool": "cq_fault", "role": "requester", "env": {
+        "ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": str(3 * parents), "ORBITE_CQ_FAULT_LIMIT": str(parents),
+        "ORBITE_CQ_FAULT_REPEAT": "1"}}]
+    assert pm.provoked_errors(VALID["installed-lost-completion"]) == (
+        ("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"), ("Timeout", "wait"), ("BatchBusy", "free"),
+        ("PeerLost", "wait"))
+
+
 # --- loading ---------------------------------------------------------------------------------
 
 
