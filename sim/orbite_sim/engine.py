@@ -21,7 +21,7 @@ import sys
 import time
 
 from . import content, sysfs
-from .case import INTERRUPTION_MODE, RESTART_MODES
+from .case import CLEANUP_MODE, INTERRUPTION_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, wr_columns, write_json_atomic
 from .progress import report as report_progress
@@ -161,6 +161,7 @@ class Engine:
         self.generations = self.profile.get("generations", 1)
         self.restart = self.profile["mode"] in RESTART_MODES
         self.interruption = self.profile["mode"] == INTERRUPTION_MODE
+        self.cleanup = self.profile["mode"] == CLEANUP_MODE
         self.survivor = case.get("survivor", False)
         if "reuse_epoch" in self.defects:
             # The defect: an epoch derived from the registration, so every process of it has the same one.
@@ -454,6 +455,8 @@ class Engine:
                   "retired_qps": [], "stale_probes": [], "restart_point": None}
         if self.interruption:
             record.update(interruption=None, recovery=None)
+        if self.cleanup:
+            record.update(cleanup=None, recovery=None)
         return record
 
     # ------------------------------------------------------------------ interruption (docs/interruption.md)

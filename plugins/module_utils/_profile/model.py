@@ -105,6 +105,12 @@ PROVOKED_ERRORS = {
     # surviving requester's batches failed when the source died holding their grant.
     "installed-interruption": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"), ("Timeout", "wait"),
                                ("BatchBusy", "free"), ("PeerLost", "wait")),
+    # docs/cleanup_failure.md: the restart's, plus the cleanup round's: the wait for the withheld completion
+    # times out, the close fails Unquiesced (twice: the repeated close too), free() is busy and a CPU write
+    # into the quarantined allocation is refused.
+    "installed-cleanup-failure": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"),
+                                  ("Timeout", "wait"), ("Unquiesced", "close"), ("BatchBusy", "free"),
+                                  ("Unquiesced", "write")),
 }
 
 # The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).
@@ -828,6 +834,8 @@ def derive_workload(profile: dict) -> dict:
             fault = profile["fault_role"]
             role = fault if role == "fault_role" else ("requester" if fault == "source" else "source")
         observers.append({"tool": tool, "role": role})
+        if profile["mode"] == "installed-cleanup-failure":
+            observers[-1].update(_cleanup_fault(profile, parents * slices))
 
     workload = {
         "protocol": PROTOCOL,
@@ -857,6 +865,16 @@ def derive_workload(profile: dict) -> dict:
     if profile["mode"] == "installed-rail-accounting":
         workload["min_outstanding_parents_per_rail_qp"] = RAIL_ACCOUNTING_MIN_OUTSTANDING_PER_RAIL_QP
     return workload
+
+
+def _cleanup_fault(profile, wrs_per_round):
+    """installed-cleanup-failure (docs/cleanup_failure.md): uverbs_fault is loaded into generation 1's requester
+    only (the replacement runs the healthy checks), armed for the profile's cleanup kind; the qp selector lets
+    the generation's healthy rounds' completions pass and withholds the next one, the cleanup round's."""
+    env = {"ORBITE_UVERBS_FAULT_KIND": profile["cleanup_kind"]}
+    if profile["cleanup_kind"] == "qp":
+        env["ORBITE_UVERBS_FAULT_WITHHOLD_SKIP"] = str(ROUNDS_PER_GENERATION * wrs_per_round)
+    return {"generation": 1, "env": env}
 
 
 def _compress(sizes):

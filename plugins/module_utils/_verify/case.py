@@ -89,6 +89,11 @@ def _survivor(profile):
 
 def case_receipts(case_dir, case_id, profile, workload, root=None):
     """Load every receipt the case's profile implies; ``root`` (the run directory) bounds every path."""
+    # Imported here: the rules package imports this module (ROLES).
+    from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import (  # noqa: PLC0415
+        _lifecycle as lifecycle,
+    )
+
     root = root if root is not None else case_dir
     budget = Budget()  # all the receipts of the case together (reading.py)
     case = CaseReceipts(case_id=case_id, case_dir=case_dir, profile=profile, workload=workload, root=root)
@@ -99,11 +104,19 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
         for observer in workload["observers"]:
             if generation > 1 and _survivor(profile) == observer["role"]:
                 continue  # one log per process: the restart survivor's is in the directory it started with (g1)
+            if not lifecycle.observer_loaded(observer, observer["role"], generation):
+                continue  # scoped to another generation (installed-cleanup-failure: generation 1 only)
             key = (observer["role"], generation, observer["tool"])
             stem = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}"
             path, problem = observer_log_path(stem)
             case.observer_logs[key] = ObserverLog(path, problem=problem) if problem else load_observer_log(
                 path, root, budget)
+            log = case.observer_logs[key]
+            if (log.problem is not None and log.problem.code == "receipt.truncated" and log.header is not None
+                    and lifecycle.killed(profile, observer["role"], generation)):
+                # A runner SIGKILLed at its restart point never closes its log: what it wrote until then stands
+                # (journal.children checks that it was killed exactly there).
+                log.problem = None
     if profile.get("mode") == "installed-interruption":
         # The control relay's journal (docs/interruption.md), fetched from the source node.
         case.relay = load_journal(f"{case_dir}/source/relay.jsonl", root, budget)

@@ -36,6 +36,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     identity,
     restart,
     interruption,
+    cleanup,
 )
 
 RULES = REGISTRY.rules()

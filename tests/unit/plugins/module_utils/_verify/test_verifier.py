@@ -66,9 +66,9 @@ def test_healthy_run_passes_every_rule(healthy, tmp_path):
     statuses = {f["status"] for case in verdict["cases"] for f in case["findings"] + verdict["run_findings"]}
     assert statuses == {"PASS"}
     codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
-    # The discovery rail-accounting case runs every rule but installed-restart's and installed-interruption's
-    # (tests/unit/sim/test_sim_restart.py, tests/unit/sim/test_sim_interruption.py).
-    assert {r.code for r in rules.RULES if r.group not in ("restart", "interruption")} <= codes
+    # The discovery rail-accounting case runs every rule but the restart roles' (tests/unit/sim/test_sim_restart.py,
+    # test_sim_interruption.py, test_sim_cleanup_failure.py).
+    assert {r.code for r in rules.RULES if r.group not in ("restart", "interruption", "cleanup")} <= codes
     assert json.loads((tmp_path / "verdict.json").read_text())["verdict"] == "PASS"
     junit = ET.parse(tmp_path / "verdict.xml").getroot()
     assert (junit.tag, junit.get("failures"), junit.get("skipped")) == ("testsuites", "0", "0")
@@ -385,6 +385,8 @@ def test_every_registered_code_has_a_red_check():
     # interruption.*: interruption defect switches (the relay's too) and edited receipts
     # (tests/unit/sim/test_sim_interruption.py).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("interruption.")}
+    # cleanup.*: cleanup-failure defect switches and edited receipts (tests/unit/sim/test_sim_cleanup_failure.py).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("cleanup.")}
     assert set(RECEIPT_CODES) <= set(MUTATIONS)
     assert set(REGISTRY.codes()) - (by_defect | set(MUTATIONS) | elsewhere) == set()
 
