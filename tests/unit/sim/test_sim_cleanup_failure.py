@@ -161,6 +161,12 @@ def _not_injected(events):
     return events
 
 
+def _refused_to_arm(events):
+    """The log of an observer that refused to arm: its reason, no withheld completion, no destroy."""
+    kept = [e for e in events if e.get("ev") not in ("withheld", "destroy")]
+    return [kept[0], {"ev": "not_armed", "reason": "RDMAV_ALLOW_DISASSOC_DESTROY is set"}, *kept[1:]]
+
+
 @pytest.mark.parametrize(("code", "mutate"), [
     # The survivor released the grant before the requester died (nothing pending at its restart point).
     ("cleanup.grant_unresolved", lambda case: _edit(case / "source" / "g1" / "ledger.json",
@@ -178,6 +184,17 @@ def test_rules_no_switch_reaches_fail_on_one_edited_fact(healthy, tmp_path, code
     mutate(_case(run_dir))
     verdict = verify_run(str(run_dir), write=False)
     assert verdict["failed_codes"] == [code], verdict["failed_codes"]
+
+
+def test_an_observer_that_refused_to_arm_is_named(healthy, tmp_path):
+    run_dir = tmp_path / "cf-refused"
+    shutil.copytree(healthy, run_dir)
+    _edit_log(_case(run_dir) / "requester" / "g1" / "observer-uverbs_fault.jsonl", _refused_to_arm)
+    verdict = verify_run(str(run_dir), write=False)
+    # the runner's record still claims the EIO (a consistent defect would need the observer's own word)
+    assert "cleanup.fault" in verdict["failed_codes"], verdict["failed_codes"]
+    message = findings_by_code(verdict)["cleanup.fault"]["message"]
+    assert "refused to arm (RDMAV_ALLOW_DISASSOC_DESTROY is set)" in message
 
 
 @pytest.mark.parametrize("kind", ["cq", "channel", "pd"])

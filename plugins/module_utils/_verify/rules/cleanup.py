@@ -75,6 +75,10 @@ def check_fault(case):
     if log is None or not log.ok:
         return [("requester g1: no usable uverbs_fault observer log (the profile model loads it there)",
                  log.path if log is not None else case.ledger_path("requester", FAULT_GENERATION))]
+    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    if refused:
+        return [(f"requester g1: the uverbs_fault observer refused to arm ({refused[0]}): no fault was injected",
+                 log.path)]
     problems = []
     withheld = list(zip(log.column(WITHHELD, "qpn"), log.column(WITHHELD, "wr_id")))
     destroys = _destroys(log)
