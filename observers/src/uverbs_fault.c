@@ -22,7 +22,9 @@
  *                                   is withheld (0)
  *
  * It refuses to arm when RDMAV_ALLOW_DISASSOC_DESTROY is set: libibverbs then
- * turns a destroy EIO into success and the fault would be invisible.
+ * turns a destroy EIO into success and the fault would be invisible.  Why it
+ * is not armed goes to stderr and, once the log is open (the first context),
+ * into the log as {"ev":"not_armed","reason":...}, which the verifier reads.
  * This is syscall fault injection, not a hardware fault.
  */
 #define _GNU_SOURCE
@@ -125,6 +127,8 @@ static int all_writes;
 static int filter_state; /* 0 not yet, 1 installed, -1 failed */
 static int filter_done;  /* the install was attempted: the helper may go */
 static pthread_cond_t listener_ready = PTHREAD_COND_INITIALIZER;
+static char not_armed_reason[160]; /* why uf_init did not arm ("" when armed) */
+static int not_armed_logged;
 
 /* ------------------------------------------------------------- decoding -- */
 
@@ -480,10 +484,35 @@ static int ctx_selected(struct ibv_context *ctx)
 	return !sel_dev || !strcmp(dev, sel_dev);
 }
 
+/* Called by each context open (the log is open by then): the reason the
+ * observer did not arm, logged once.  The reason holds no quote or
+ * backslash (it is built from fixed text and checked names). */
+static void log_not_armed(void)
+{
+	pthread_mutex_lock(&wlock);
+	if (!armed && not_armed_reason[0] && !not_armed_logged) {
+		not_armed_logged = 1;
+		obs_log("{\"ev\":\"not_armed\",\"reason\":\"%s\"}", not_armed_reason);
+	}
+	pthread_mutex_unlock(&wlock);
+}
+
+static void refuse(const char *reason)
+{
+	size_t i;
+
+	snprintf(not_armed_reason, sizeof(not_armed_reason), "%s", reason);
+	for (i = 0; not_armed_reason[i]; i++)
+		if (not_armed_reason[i] == '"' || not_armed_reason[i] == '\\' ||
+		    (unsigned char)not_armed_reason[i] < 0x20)
+			not_armed_reason[i] = '?';
+}
+
 static void uf_context_opened(struct ibv_context *ctx, const char *dev)
 {
 	int ok;
 
+	log_not_armed();
 	if (!armed || (sel_dev && strcmp(dev, sel_dev)))
 		return;
 	pthread_mutex_lock(&wlock);
@@ -606,6 +635,7 @@ static void uf_init(void)
 	if (getenv("RDMAV_ALLOW_DISASSOC_DESTROY")) {
 		obs_warn("refusing to arm: RDMAV_ALLOW_DISASSOC_DESTROY is set, and "
 			 "libibverbs would turn the injected destroy EIO into success");
+		refuse("RDMAV_ALLOW_DISASSOC_DESTROY is set");
 		return;
 	}
 	for (k = 0; kind && k < K_COUNT; k++)
@@ -614,16 +644,20 @@ static void uf_init(void)
 	if (sel_kind == K_NONE) {
 		obs_warn("not armed: ORBITE_UVERBS_FAULT_KIND=%s is not one of "
 			 "qp, mr, mw, cq, channel, pd", kind ? kind : "(unset)");
+		refuse(kind ? "ORBITE_UVERBS_FAULT_KIND is not one of qp, mr, mw, cq, channel, pd"
+			    : "ORBITE_UVERBS_FAULT_KIND is not set");
 		return;
 	}
 	if (obs_env_long("ORBITE_UVERBS_FAULT_OCCURRENCE", 1, 1, 1L << 30, &sel_occurrence) ||
 	    obs_env_long("ORBITE_UVERBS_FAULT_WITHHOLD_SKIP", 0, 0, 1L << 40, &withhold_skip)) {
 		obs_warn("not armed: bad configuration");
+		refuse("ORBITE_UVERBS_FAULT_OCCURRENCE or ORBITE_UVERBS_FAULT_WITHHOLD_SKIP is not a valid integer");
 		return;
 	}
 	writes = getenv("ORBITE_UVERBS_FAULT_WRITES");
 	if (writes && *writes && strcmp(writes, "all") && strcmp(writes, "first")) {
 		obs_warn("not armed: ORBITE_UVERBS_FAULT_WRITES=%s is not all or first", writes);
+		refuse("ORBITE_UVERBS_FAULT_WRITES is not all or first");
 		return;
 	}
 	all_writes = writes && !strcmp(writes, "all");

@@ -14,13 +14,17 @@ from . import PROTOCOL
 from .errors import CaseError
 
 SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
-                   "installed-lost-completion")
+                   "installed-lost-completion", "installed-cleanup-failure")
 RESTART_MODE = "installed-restart"
 # installed-interruption runs the restart roles with one authorization held before each restart.
 INTERRUPTION_MODE = "installed-interruption"
 # installed-lost-completion runs them with one round's completions withheld by cq_fault before each restart.
 LOST_MODE = "installed-lost-completion"
-RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE)
+# installed-cleanup-failure (docs/cleanup_failure.md) runs them with a native destroy failed before the kill.
+CLEANUP_MODE = "installed-cleanup-failure"
+RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE)
+# The cleanup kinds this runner implements (the profile model knows cq, channel and pd too).
+CLEANUP_KINDS = ("qp",)
 FAULT_ROLES = ("source", "requester")
 RESTART_GENERATIONS = (2, 3)
 OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
@@ -65,6 +69,16 @@ LOST_DEFECTS = (
     "lost_reports_bytes",
     "drain_before_destroy",
     "source_keeps_grants",
+)
+# installed-cleanup-failure only (docs/cleanup_failure.md): each breaks one cleanup rule
+# (tests/unit/sim/test_sim_cleanup_failure.py).
+CLEANUP_DEFECTS = (
+    "retry_destroy",
+    "drain_after_eio",
+    "free_unquiesced_ok",
+    "cpu_write_ok",
+    "release_quarantined",
+    "drop_charges",
 )
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
@@ -211,7 +225,7 @@ def validate_case(raw):
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
     case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS
-                                  + LOST_DEFECTS)
+                                  + LOST_DEFECTS + CLEANUP_DEFECTS)
     case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
     generations = case["profile"].get("generations", 1)
     if case["generation"] > generations:
@@ -220,17 +234,16 @@ def validate_case(raw):
     case["survivor"] = restart and role != case["profile"]["fault_role"]
     if restart:
         case["timeouts"].setdefault("restart_s", DEFAULT_RESTART_S)
-    if case["profile"]["mode"] in (INTERRUPTION_MODE, LOST_MODE):
-        # lost completions: how long each batch of the lost round waits for completions that never come.
+    if case["profile"]["mode"] in (INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE):
+        # lost completions: how long each batch of the lost round waits for completions that never come;
+        # cleanup: the wait for a withheld completion.
         case["timeouts"].setdefault("grant_s", DEFAULT_GRANT_S)
-    if case["profile"]["mode"] != LOST_MODE:
-        for i, name in enumerate(case["defects"]):
-            if name in LOST_DEFECTS:
-                _fail(f"defects[{i}]", name, "is an installed-lost-completion switch")
-    if case["profile"]["mode"] != INTERRUPTION_MODE:
-        for i, name in enumerate(case["defects"]):
-            if name in INTERRUPTION_DEFECTS:
-                _fail(f"defects[{i}]", name, "is an installed-interruption switch")
+    for mode, switches in ((INTERRUPTION_MODE, INTERRUPTION_DEFECTS), (LOST_MODE, LOST_DEFECTS),
+                           (CLEANUP_MODE, CLEANUP_DEFECTS)):
+        if case["profile"]["mode"] != mode:
+            for i, name in enumerate(case["defects"]):
+                if name in switches:
+                    _fail(f"defects[{i}]", name, f"is an {mode} switch")
     if case["survivor"] and case["generation"] != 1:
         _fail("generation", case["generation"], "the survivor of installed-restart starts once, in generation 1")
     return case
@@ -281,6 +294,8 @@ def _validate_profile(profile):
         if mode in (INTERRUPTION_MODE, LOST_MODE) and p["payload"] > p["block"]:
             _fail("profile.payload", p["payload"], f"must be <= profile.block ({p['block']}): one slice per parent "
                   f"({mode})")
+        if mode == CLEANUP_MODE:
+            _validate_cleanup(p)
     elif p.get("generations", 1) != 1:
         _fail("profile.generations", p.get("generations"), f"must be 1 in mode {mode}")
     # ceil() bounds what wrong_slicing can produce too.
@@ -289,6 +304,24 @@ def _validate_profile(profile):
         _fail("profile.block", p["block"],
               f"gives {wrs} payload WRs per round; the simulated runner allows at most {MAX_WRS_PER_ROUND}")
     return p
+
+
+def _validate_cleanup(p):
+    """installed-cleanup-failure (DESIGN.md section 4): the requester's one parent, one slice, one lane, one rail,
+    two generations; the cleanup kind defaults to qp."""
+    kind = p.setdefault("cleanup_kind", "qp")
+    if kind not in CLEANUP_KINDS:
+        _fail("profile.cleanup_kind", kind, "the simulated runner implements " + ", ".join(CLEANUP_KINDS)
+              + " (installed-cleanup-failure)")
+    rules = (("fault_role", p["fault_role"] == "requester", "must be 'requester'"),
+             ("generations", p["generations"] == 2, "must be 2"),
+             ("parents", p["parents"] == 1, "must be 1"),
+             ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
+             ("num_lanes", p["num_lanes"] == 1, "must be 1"),
+             ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
+    for field, ok, rule in rules:
+        if not ok:
+            _fail(f"profile.{field}", p[field], f"{rule} (installed-cleanup-failure)")
 
 
 def _validate_rails(rails):

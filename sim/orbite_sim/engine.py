@@ -21,7 +21,7 @@ import sys
 import time
 
 from . import content, sysfs
-from .case import INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
+from .case import CLEANUP_MODE, INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, wr_columns, write_json_atomic
 from .progress import report as report_progress
@@ -165,6 +165,7 @@ class Engine:
         self.restart = self.profile["mode"] in RESTART_MODES
         self.interruption = self.profile["mode"] == INTERRUPTION_MODE
         self.lost_mode = self.profile["mode"] == LOST_MODE
+        self.cleanup = self.profile["mode"] == CLEANUP_MODE
         self.survivor = case.get("survivor", False)
         if "reuse_epoch" in self.defects:
             # The defect: an epoch derived from the registration, so every process of it has the same one.
@@ -460,6 +461,8 @@ class Engine:
             record.update(interruption=None, recovery=None)
         if self.lost_mode:
             record.update(lost=None, recovery=None)
+        if self.cleanup:
+            record.update(cleanup=None, recovery=None)
         return record
 
     # ------------------------------------------------------------------ lost completions (docs/lost_completion.md)

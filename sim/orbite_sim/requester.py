@@ -10,8 +10,10 @@ once they have landed.
 """
 
 import collections
+import gc
 import select
 import time
+import weakref
 
 from . import wire
 from .case import parse_address
@@ -45,6 +47,18 @@ EXCEEDED_DEPTH = SEND_QUEUE_DEPTH + 1
 EVENT_GRACE_S = 0.2
 
 
+# installed-cleanup-failure: the WR ID of the cleanup round's one payload WR.
+CLEANUP_WR_ID = 4 << 40
+
+
+class Allocation:
+    """One batch's slice of the arena, as the caller holds it: weakly referable, so a weak owner can show whether
+    anything (the engine's quarantine) still keeps it once the caller dropped its handle."""
+
+    def __init__(self, arena, offset, length):
+        self.view = memoryview(arena)[offset : offset + length]
+
+
 class RequesterEngine(Engine):
     role = "requester"
 
@@ -61,6 +75,7 @@ class RequesterEngine(Engine):
         self.held = None  # installed-interruption: the batches of the round whose grant is held
         self.lost = None  # installed-lost-completion: the round whose completions were withheld
         self.held_grants = set()  # parents the source granted this round and has not taken back
+        self.quarantine = None  # installed-cleanup-failure: the batch, QP and allocation a failed destroy left
 
     def run(self):
         self.open()
@@ -80,6 +95,8 @@ class RequesterEngine(Engine):
                 self.held_round()
             elif self.lost_mode:
                 self.lost_round()
+            elif self.cleanup:
+                self.cleanup_round()
             # installed-restart: the generation's restart point, both peers drained and idle.
             self.rv.send("RESTART_POINT", generation=self.generation)
             self.rv.recv(self.timeouts["round_s"], ["RESTART_ACK"])
@@ -294,7 +311,10 @@ class RequesterEngine(Engine):
         """The public API's free(batch): BatchBusy while the batch is Running or any WR is in flight (by this
         engine's records of ``wrs`` or by the provider's send queues), a typed error of this call; else the
         batch's resources are released: Ok. free_busy_ok frees a busy batch anyway (the defect)."""
-        busy = (batch["state"] == "Running" or any(w["completed_seq"] is None for w in wrs)
+        quarantined = self.quarantine is not None and self.quarantine["batch"] is batch
+        if quarantined and "free_unquiesced_ok" in self.defects:  # the defect: a quarantined batch freed
+            return "Ok"
+        busy = (quarantined or batch["state"] == "Running" or any(w["completed_seq"] is None for w in wrs)
                 or any(qp.provider_outstanding() for qp in self.live_qps.values()))
         if busy and "free_busy_ok" not in self.defects:
             error = EngineError("BatchBusy", "free", f"batch {batch['batch']} is {batch['state']} with work in flight",
@@ -492,6 +512,139 @@ class RequesterEngine(Engine):
         recovery.update(batches=batches, errors=errors)
         self.lost = None
         return recovery
+
+    # --------------------------------------------------------------- installed-cleanup-failure
+
+    def cleanup_round(self):
+        """docs/cleanup_failure.md: the round after the generation's three, one parent, one slice. The uverbs_fault
+        observer withholds its successful completion, so the wait times out; quiescing it (QP to ERR, then
+        destroy) fails EIO through the observer's filter on the context's uverbs descriptor. The batch fails
+        Unquiesced and not locally drained; free stays busy, CPU writes into its allocation are refused, its SQ,
+        byte and batch charges stay held, a repeated close neither retries the destroy nor claims a drain, and
+        the quarantine keeps the allocation and the QP after the caller drops its handles (a weak owner and a
+        real ibv_query_qp show it). Everything is recorded in ``restart.cleanup``."""
+        round_no = HELD_ROUND
+        rail, lane = self.placement()[0]
+        qp = self.live_qps[(rail, lane)]
+        mr = self.contexts[rail]["mrs"]["data"]
+        offset = region_offset(0, self.payload)
+        before = {"provider_held": self.provider.held(), "provider": self.provider.counters()}
+        parents_msg = [{"parent": 0, "rail": rail, "lane": lane, "bytes": self.payload}]
+        if self.operation == "read":
+            self.poison_destination()
+            self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg)
+        else:
+            self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=self.local_input(round_no))
+        ready = self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
+        grants = sorted(int(p) for p in ready.get("grants", []))
+        peer_addr, peer_rkey = self.remote[qp.qpn]
+        allocation = Allocation(self.arena, offset, self.payload)
+        batch = {"batch": round_no * 10 + rail, "rail": rail, "parents": [0], "state": "Running", "qpn": qp.qpn,
+                 "wr_id": CLEANUP_WR_ID, "bytes": self.payload, "grants": grants}
+        qp.post_send(CLEANUP_WR_ID, mr.addr + offset, self.payload, mr.lkey, peer_addr + offset, peer_rkey)
+        self.quarantine = {"batch": batch, "qp": qp, "allocation": allocation}
+        record = {"round": round_no, "kind": "qp", "rail": rail, "lane": lane, "qpn": qp.qpn, "batch": batch,
+                  "before": before}
+        record["wait"] = self._cleanup_wait(qp, batch, round_no)
+        record["close"] = self.close_batch(batch, round_no)
+        record["free"] = self.free(batch, round_no)
+        record["cpu_write"] = self.cpu_write(allocation, round_no)
+        record["charges"] = self.held_charges()
+        record["repeated_close"] = self.close_batch(batch, round_no)
+        # The caller drops every handle it had (batch, allocation, QP): only the engine's quarantine may keep them.
+        owner = weakref.ref(allocation)
+        qpn = qp.qpn
+        del allocation, qp
+        batch = None
+        if "release_quarantined" in self.defects:  # the defect: the engine forgets what it must keep
+            self.quarantine = None
+        gc.collect()
+        kept = self.quarantine["qp"] if self.quarantine is not None else None
+        query = None
+        if kept is not None:
+            try:
+                query = kept.query()
+            except VerbsError as exc:
+                query = {"qpn": qpn, "error": exc.code}
+        record["retained"] = {"weak_owner_alive": owner() is not None, "qp_query": query,
+                              "provider_held": self.provider.held(), "table_live": self.table.live_count(),
+                              "charges": self.held_charges()}
+        self.doc["restart"]["cleanup"] = record
+        self.checkpoint()
+
+    def _cleanup_wait(self, qp, batch, round_no):
+        """wait(batch), bounded: a completion the observer withheld never comes, so this times out (a typed
+        Timeout of its own); any completion that does come is polled and recorded."""
+        timeout = self.timeouts["grant_s"]
+        deadline = time.monotonic() + timeout
+        polled = []
+        while time.monotonic() < deadline and not polled:
+            for wr_id, status, byte_len, qpn in qp.cq.poll():
+                qp.retire()
+                self.contexts[qp.context.rail]["ctx"].native.cqes += 1
+                polled.append({"wr_id": wr_id, "status": WC_STATUS_NAMES.get(status, str(status)),
+                               "byte_len": byte_len, "qpn": qpn})
+            time.sleep(0.005)
+        if polled:
+            batch["state"] = "Completed" if all(c["status"] == "SUCCESS" for c in polled) else "Failed"
+            return {"timeout_s": timeout, "result": "Ok", "completions": polled, "state_after": batch["state"]}
+        error = EngineError("Timeout", "wait", f"batch {batch['batch']}: no completion within {timeout:g} s",
+                            round_no=round_no, remote_effect="Unknown", locally_drained=False, expected=True)
+        self.doc["errors"].append(error.as_dict())
+        return {"timeout_s": timeout, "result": "Timeout", "completions": [], "state_after": batch["state"]}
+
+    def close_batch(self, batch, round_no):
+        """Quiesce a batch that did not complete: its QP to ERR, then destroyed. A QP whose destroy failed is
+        quarantined: the batch fails Unquiesced, not locally drained, and a later close says so again without
+        calling destroy (retry_destroy: it calls it again; drain_after_eio: it claims a drain)."""
+        qp = self.quarantine["qp"]
+        if batch["state"] == "Completed":
+            return {"result": "Ok", "destroy_called": False, "destroy": None, "locally_drained": True}
+        first = qp.state != "ERR"
+        destroy = None
+        if first or "retry_destroy" in self.defects:
+            if first:
+                qp.to_error()
+            try:
+                self.destroy_qp(qp, "cleanup")
+            except VerbsError as exc:
+                destroy = {"call": exc.call, "errno": exc.code}
+            else:
+                destroy = {"call": "ibv_destroy_qp", "errno": None}
+        drained = not qp.live or (not first and "drain_after_eio" in self.defects)
+        if drained:
+            batch["state"] = "Failed"
+            return {"result": "Ok", "destroy_called": destroy is not None, "destroy": destroy, "locally_drained": True}
+        batch["state"] = "Failed"
+        error = EngineError("Unquiesced", "close", f"batch {batch['batch']}: QP {qp.qpn} could not be destroyed "
+                            f"({destroy['errno'] if destroy else 'quarantined'}); its work may still run",
+                            round_no=round_no, remote_effect="Unknown", locally_drained=False, expected=True)
+        self.doc["errors"].append(error.as_dict())
+        return {"result": "Unquiesced", "destroy_called": destroy is not None, "destroy": destroy,
+                "locally_drained": False, "qp_state": qp.state}
+
+    def cpu_write(self, allocation, round_no):
+        """A CPU write into the batch's allocation: refused (Unquiesced) while the QP that may still write it is
+        quarantined (cpu_write_ok: written anyway)."""
+        if self.quarantine is not None and "cpu_write_ok" not in self.defects:
+            error = EngineError("Unquiesced", "write", f"the allocation of batch {self.quarantine['batch']['batch']} "
+                                "is excluded from CPU writes while its QP is quarantined", round_no=round_no,
+                                remote_effect="None", locally_drained=False, expected=True)
+            self.doc["errors"].append(error.as_dict())
+            return {"result": "Unquiesced", "bytes_written": 0}
+        allocation.view[0] = allocation.view[0]
+        return {"result": "Ok", "bytes_written": 1}
+
+    def held_charges(self):
+        """What the quarantine still charges, counted from the engine's own state: send-queue slots of its QP
+        (the engine's count and the provider's), the bytes of its batch, the batch itself (drop_charges: the
+        defect releases them)."""
+        if self.quarantine is None or "drop_charges" in self.defects:
+            return {"sq_slots": 0, "provider_sq_slots": 0, "bytes": 0, "batches": 0}
+        qp, batch = self.quarantine["qp"], self.quarantine["batch"]
+        return {"sq_slots": qp.outstanding, "provider_sq_slots": qp.provider_outstanding(),
+                "bytes": batch["bytes"] if batch["state"] != "Completed" else 0,
+                "batches": 0 if batch["state"] == "Completed" else 1}
 
     def transfer(self, round_no, parents, sizes, created, existing):
         """Post every slice of every parent, interleaved per QP, and reap all completions."""

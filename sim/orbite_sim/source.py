@@ -69,7 +69,13 @@ class SourceEngine(Engine):
             if not self.survivor:
                 self.await_kill()
             self.await_peer_death()
-            recovery = self.release_held() if self.interruption else self.release_lost() if self.lost_mode else None
+            recovery = None
+            if self.interruption:
+                recovery = self.release_held()
+            elif self.lost_mode:
+                recovery = self.release_lost()
+            elif self.cleanup:
+                recovery = self.release_cleanup()
             self.next_generation()
             if recovery is not None:
                 self.doc["restart"]["recovery"] = recovery
@@ -114,6 +120,8 @@ class SourceEngine(Engine):
                 self.connect_qps(msg, rnd)
             elif kind == "ROUND_BEGIN" and self.interruption and int(msg["round"]) == HELD_ROUND:
                 self.grant_held_round(msg)
+            elif kind == "ROUND_BEGIN" and self.cleanup and int(msg["round"]) == HELD_ROUND:
+                self.grant_cleanup_round(msg)
             elif kind == "ROUND_BEGIN":
                 self.begin_round(msg, rnd)
             elif kind == "ROUND_DONE":
@@ -131,6 +139,8 @@ class SourceEngine(Engine):
                     self.note_held()
                 if self.lost_mode:
                     self.note_lost(rnd)
+                if self.cleanup:
+                    self.note_cleanup()
                 self.at_restart_point()
                 self.rv.send("RESTART_ACK", generation=self.generation)
                 return "restart"
@@ -262,6 +272,38 @@ class SourceEngine(Engine):
                     "grants_released": held - len(self.grants), "locally_drained": not self.grants}
 
         return self.recover_lost(qps, drain)
+    # ------------------------------------------------------------ installed-cleanup-failure
+
+    def grant_cleanup_round(self, msg):
+        """docs/cleanup_failure.md: grant the round after a nonfinal generation's three as any other. The
+        requester's batch never resolves (its completion withheld, its QP quarantined): no ROUND_DONE comes and
+        the grant stays unresolved until the requester dies."""
+        if self.generation >= self.generations or self.round_no != ROUNDS or self.held is not None:
+            raise protocol_error("submit", f"round {msg.get('round')} in generation {self.generation} of "
+                                 f"{self.generations} after round {self.round_no}")
+        self.grants = {int(p["parent"]) for p in msg["parents"]}
+        if self.operation == "read":
+            seed = self.local_input(HELD_ROUND)
+        else:
+            self.poison_destination()
+            seed = int(msg["input_seed"])
+        self.held = {"round": HELD_ROUND, "grants_issued": sorted(self.grants), "grants_pending": len(self.grants),
+                     "input_seed": seed}
+        self.rv.send("ROUND_READY", round=HELD_ROUND, input_seed=seed, grants=sorted(self.grants))
+
+    def note_cleanup(self):
+        """At the restart point: the cleanup round's grant still unresolved (the requester never returned it)."""
+        if self.held is None:
+            raise protocol_error("restart", "RESTART_POINT before the cleanup round was granted")
+        self.held["grants_pending"] = len(self.grants)
+        self.doc["restart"]["cleanup"] = self.held
+
+    def release_cleanup(self):
+        """The surviving source after the requester died: its lanes reclaimed, its unresolved grant released."""
+        recovery = self.reclaim_lanes()
+        recovery["grants_released"] = len(self.grants)
+        self.grants, self.held = set(), None
+        return recovery
 
     def finish_round(self, msg, rnd):
         round_no = int(msg["round"])

@@ -34,6 +34,8 @@ vp = ctypes.c_void_p
 # <infiniband/verbs.h> constants (checked against the header by tests/unit/sim/test_sim_verbs.py)
 QPT_RC = 2
 QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = 0, 1, 2, 3, 6
+QP_STATE_NAMES = {QPS_RESET: "RESET", QPS_INIT: "INIT", QPS_RTR: "RTR", QPS_RTS: "RTS", 4: "SQD", 5: "SQE",
+                  QPS_ERR: "ERR"}
 MTU_1024 = 3
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ = 1, 2, 4
 ACCESS_MW_BIND = 16
@@ -174,6 +176,7 @@ _SIGNATURES = {
     "ibv_create_qp": (vp, [vp, ctypes.POINTER(QpInitAttr)]),
     "ibv_modify_qp": (c_int, [vp, ctypes.POINTER(QpAttr), c_int]),
     "ibv_destroy_qp": (c_int, [vp]),
+    "ibv_query_qp": (c_int, [vp, ctypes.POINTER(QpAttr), c_int, ctypes.POINTER(QpInitAttr)]),
     "orbite_ibv_post_send": (c_int, [vp, ctypes.POINTER(SendWr), ctypes.POINTER(vp)]),
     "orbite_ibv_poll_cq": (c_int, [vp, c_int, ctypes.POINTER(Wc)]),
     "orbite_ibv_post_recv": (c_int, [vp, ctypes.POINTER(RecvWr), ctypes.POINTER(vp)]),
@@ -661,6 +664,15 @@ class QueuePair(_Owner):
         if self.live:
             self._destroyed("ibv_destroy_qp", self.context.lib.ibv_destroy_qp(self.ptr))
             self.state = "DESTROYED"
+
+    def query(self):
+        """A real ibv_query_qp: the state the provider reports for this QP ({qpn, state}), VerbsError on failure."""
+        attr, init = QpAttr(), QpInitAttr()
+        ret = self.context.lib.ibv_query_qp(self.ptr, ctypes.byref(attr), QP_STATE, ctypes.byref(init))
+        if ret:
+            raise VerbsError("ibv_query_qp", ret, f"QP {self.qpn}")
+        return {"qpn": QpHead.from_address(self.ptr).qp_num, "state": QP_STATE_NAMES.get(attr.qp_state,
+                                                                                        str(attr.qp_state))}
 
 
 def gid_text(raw):

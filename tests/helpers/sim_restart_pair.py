@@ -60,6 +60,7 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
     generations = profile["generations"]
     clients, current, service = {}, {}, None
     interruption = profile["mode"] == "installed-interruption"
+    cleanup = profile["mode"] == "installed-cleanup-failure"
     relay_dir = str(run_dir / "relay-state" / case_id)
     peer = {}
     # A loopback address of this run's own: between the kill and the replacement the source's port is
@@ -74,8 +75,11 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
         out.mkdir(parents=True, exist_ok=True)
         extra = {"service_address": service or f"{own_ip}:0"} if role == "source" else {
             "peer_address": peer.get("address", service), "peer_registration_id": registrations["source"]}
-        tools = [o["tool"] for o in observers if o["role"] == role and preload]
-        if interruption or profile["mode"] == "installed-lost-completion":
+        # installed-cleanup-failure: uverbs_fault only in generation 1, armed by the workload's env for it.
+        chosen = [o for o in observers
+                  if o["role"] == role and o.get("generation", generation) == generation and preload]
+        tools = [o["tool"] for o in chosen]
+        if interruption or cleanup or profile["mode"] == "installed-lost-completion":
             extra["timeouts"] = {"grant_s": GRANT_S}
         case = sim_pair.sim_harness.base_case(profile, role, roots[role], defects, run_id=run_id,
                                               registration_id=registrations[role], generation=generation,
@@ -85,8 +89,8 @@ def run_restart_pair(run_dir, case_id, profile, defects=(), timeout=120, relay_d
         env = {"PATH": "/usr/bin:/bin"}
         if tools:  # the real observers of the profile model, preloaded by hash by the supervisor
             env["ORBITE_OBSERVER_LOG"] = str(out / f"observer-{tools[0]}.jsonl")
-            for entry in observers:  # how the profile model arms them (cq_fault: docs/lost_completion.md)
-                env.update(entry.get("env", {}) if entry["role"] == role else {})
+            for observer in chosen:  # how the profile model arms them (docs/lost_completion.md, cleanup_failure.md)
+                env.update(observer.get("env", {}))
         child = clients[role].launch(argv, env=env, cwd=str(out),
                                      stdout_path=str(out / "runner.stdout"), stderr_path=str(out / "runner.stderr"),
                                      argv_pins={1: app_sha, 3: None}, record_json=[3],

@@ -109,6 +109,12 @@ PROVOKED_ERRORS = {
     # a surviving requester's batches failed when the source died with their completions lost.
     "installed-lost-completion": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"),
                                   ("Timeout", "wait"), ("BatchBusy", "free"), ("PeerLost", "wait")),
+    # docs/cleanup_failure.md: the restart's, plus the cleanup round's: the wait for the withheld completion
+    # times out, the close fails Unquiesced (twice: the repeated close too), free() is busy and a CPU write
+    # into the quarantined allocation is refused.
+    "installed-cleanup-failure": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"),
+                                  ("Timeout", "wait"), ("Unquiesced", "close"), ("BatchBusy", "free"),
+                                  ("Unquiesced", "write")),
 }
 
 # The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).
@@ -834,6 +840,8 @@ def derive_workload(profile: dict) -> dict:
         observers.append({"tool": tool, "role": role})
         if tool == "cq_fault":
             observers[-1]["env"] = cq_fault_env(parents * slices)
+        if profile["mode"] == "installed-cleanup-failure":
+            observers[-1].update(_cleanup_fault(profile, parents * slices))
 
     workload = {
         "protocol": PROTOCOL,
@@ -871,6 +879,14 @@ def cq_fault_env(wrs_per_round: int) -> dict:
     after them, in every generation of the process (a survivor lives through several)."""
     return {"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": str(ROUNDS_PER_GENERATION * wrs_per_round),
             "ORBITE_CQ_FAULT_LIMIT": str(wrs_per_round), "ORBITE_CQ_FAULT_REPEAT": "1"}
+def _cleanup_fault(profile, wrs_per_round):
+    """installed-cleanup-failure (docs/cleanup_failure.md): uverbs_fault is loaded into generation 1's requester
+    only (the replacement runs the healthy checks), armed for the profile's cleanup kind; the qp selector lets
+    the generation's healthy rounds' completions pass and withholds the next one, the cleanup round's."""
+    env = {"ORBITE_UVERBS_FAULT_KIND": profile["cleanup_kind"]}
+    if profile["cleanup_kind"] == "qp":
+        env["ORBITE_UVERBS_FAULT_WITHHOLD_SKIP"] = str(ROUNDS_PER_GENERATION * wrs_per_round)
+    return {"generation": 1, "env": env}
 
 
 def _compress(sizes):

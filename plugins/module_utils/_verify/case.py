@@ -80,25 +80,13 @@ class CaseReceipts:
         return bool((self.plan.get("artifacts") or {}).get("verbs_library"))
 
 
-# Restart-roles modes that load an observer (rules/_lifecycle.py has the roles; importing it here would be
-# circular): installed-restart into the survivor, installed-lost-completion into the requester.
-_OBSERVED_RESTART_MODES = ("installed-restart", "installed-lost-completion")
-
-
-def _survivor(profile):
-    """The role that is one process through every generation (rules/_lifecycle.py)."""
-    if profile.get("mode") not in _OBSERVED_RESTART_MODES:
-        return None
-    return "requester" if profile["fault_role"] == "source" else "source"
-
-
-def _killed(profile, role, generation):
-    """True for a runner SIGKILLed at its restart point: its observer log ends without a summary line."""
-    return _survivor(profile) is not None and role == profile["fault_role"] and generation < profile["generations"]
-
-
 def case_receipts(case_dir, case_id, profile, workload, root=None):
     """Load every receipt the case's profile implies; ``root`` (the run directory) bounds every path."""
+    # Imported here: the rules package imports this module (ROLES).
+    from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import (  # noqa: PLC0415
+        _lifecycle as lifecycle,
+    )
+
     root = root if root is not None else case_dir
     budget = Budget()  # all the receipts of the case together (reading.py)
     case = CaseReceipts(case_id=case_id, case_dir=case_dir, profile=profile, workload=workload, root=root)
@@ -107,13 +95,16 @@ def case_receipts(case_dir, case_id, profile, workload, root=None):
             case.ledgers[(role, generation)] = load_ledger(f"{case_dir}/{role}/g{generation}/ledger.json", root,
                                                            budget)
         for observer in workload["observers"]:
-            if generation > 1 and _survivor(profile) == observer["role"]:
+            if lifecycle.process_generation(profile, observer["role"], generation) != generation:
                 continue  # one log per process: the restart survivor's is in the directory it started with (g1)
+            if not lifecycle.observer_loaded(observer, observer["role"], generation):
+                continue  # scoped to another generation (installed-cleanup-failure: generation 1 only)
             key = (observer["role"], generation, observer["tool"])
             stem = f"{case_dir}/{observer['role']}/g{generation}/observer-{observer['tool']}"
             path, problem = observer_log_path(stem)
             case.observer_logs[key] = ObserverLog(path, problem=problem) if problem else load_observer_log(
-                path, root, budget, killed=_killed(profile, observer["role"], generation))
+                # A runner SIGKILLed at its restart point never closes its log (journal.children checks the kill).
+                path, root, budget, killed=lifecycle.killed(profile, observer["role"], generation))
     if profile.get("mode") == "installed-interruption":
         # The control relay's journal (docs/interruption.md), fetched from the source node.
         case.relay = load_journal(f"{case_dir}/source/relay.jsonl", root, budget)

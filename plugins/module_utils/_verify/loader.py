@@ -296,6 +296,7 @@ _OBS_LINE = {
     "withheld": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT},
     "data": {"qpn": INT, "wr_id": INT, "sge": INT, "off": INT, "len": INT, "mr_len": INT, "flags": INT},
     "destroy": {"kind": STR, "errno": INT, "injected": BOOL, "retry": BOOL},
+    "not_armed": {"reason": STR},  # uverbs_fault: why it refused to arm (docs/observers.md)
     "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
 }
 _OBS_FAST = {kind: _fast_check(shape) for kind, shape in _OBS_LINE.items()}
@@ -478,11 +479,13 @@ def _header_problem(header):
 
 
 def _text_event(log, where, record):
-    """Check a destroy or summary event found at ``where`` ("line 3", "records 4-5"); a ReceiptProblem or None."""
+    """Check a destroy, not_armed or summary event found at ``where`` ("line 3", "records 4-5"); a ReceiptProblem
+    or None."""
     kind = record.get("ev")
-    if kind not in ("destroy", "summary"):
+    if kind not in ("destroy", "not_armed", "summary"):
         return ReceiptProblem("receipt.shape", log.path, f"{where}: unknown event {kind!r}")
-    if not _OBS_FAST[kind](record):
+    fast = _OBS_FAST[kind]  # None for a one-field shape (not_armed): the full walk
+    if fast is None or not fast(record):
         errors = shape_errors(record, _OBS_LINE[kind], where=where)
         if errors:
             return ReceiptProblem("receipt.shape", log.path, "; ".join(errors))
@@ -499,7 +502,8 @@ def _exact_ints(record, keys):
     return all(_is_plain_int(record[key]) and record[key] >= 0 for key in keys)
 
 
-_EV_CODES = {"wr": WR, "cqe": CQE, "withheld": WITHHELD, "data": DATA, "destroy": TEXT, "summary": TEXT + 1}
+_EV_CODES = {"wr": WR, "cqe": CQE, "withheld": WITHHELD, "data": DATA, "destroy": TEXT, "not_armed": TEXT,
+             "summary": TEXT + 1}
 
 
 def _from_json_lines(log, records):

@@ -97,6 +97,7 @@ def _validate_log_line(obj):
         "data": {"qpn": int, "wr_id": int, "sge": int, "off": int, "len": int, "mr_len": int,
                  "sha256": (str, type(None)), "flags": int},
         "destroy": {"kind": str, "handle": str, "errno": int, "injected": bool, "retry": bool},
+        "not_armed": {"reason": str},
         "summary": {
             "accepted_wrs": int,
             "joined": int,
@@ -728,6 +729,8 @@ def test_uverbs_fault_refuses_to_arm_with_disassoc_destroy(build, tmp_path):
     assert "refusing to arm: RDMAV_ALLOW_DISASSOC_DESTROY is set" in r.stderr
     assert r.ops("destroy")[0]["ret"] == 0
     assert r.events("destroy") == [] and r.events("withheld") == []
+    # the verifier's witness of why no fault came (cleanup.fault names it), logged once whatever the contexts
+    assert r.events("not_armed") == [{"ev": "not_armed", "reason": "RDMAV_ALLOW_DISASSOC_DESTROY is set"}]
 
 
 @pytest.mark.parametrize(
@@ -742,6 +745,8 @@ def test_uverbs_fault_bad_selection_is_named_and_not_armed(build, env, message, 
     r = run(build, "uverbs_fault", "obs_driver_direct", "cleanup-qp", tmp_path, env=env)
     assert message in r.stderr
     assert r.ops("destroy")[0]["ret"] == 0
+    (refused,) = r.events("not_armed")
+    assert refused["reason"].startswith("ORBITE_UVERBS_FAULT_")
 
 
 def test_uverbs_fault_device_selector(build, tmp_path):

@@ -267,6 +267,11 @@ def _run_single(tmp_path, case, env=None):
     (lambda c: c.update(defects=["fabricate_cqe"]), "case field defects[0] = 'fabricate_cqe': is an "
      "installed-lost-completion switch"),
     (lambda c: c.update(timeouts={"grant_s": 0}), "case field timeouts.grant_s = 0: must be a positive number"),
+    (lambda c: c.update(defects=["retry_destroy"]), "case field defects[0] = 'retry_destroy': is an "
+     "installed-cleanup-failure switch"),
+    (lambda c: c["profile"].update(mode="installed-cleanup-failure", fault_role="requester", generations=2, parents=1,
+                                   payload=65536, num_lanes=1, mask=3, cleanup_kind="qp"),
+     "case field profile.mask = 3: must be 1 or 2 (installed-cleanup-failure)"),
     (lambda c: c.pop("service_address"), "case field service_address = null: is required"),
     (lambda c: c.update(observers=["cq_fault", "cq_fault"]), "case field observers = [\"cq_fault\", \"cq_fault\"]: "
      "must not repeat a name"),

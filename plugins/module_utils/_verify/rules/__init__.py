@@ -37,6 +37,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     restart,
     interruption,
     lost_completion,
+    cleanup,
 )
 
 RULES = REGISTRY.rules()

@@ -18,7 +18,10 @@ RESTART_MODE = "installed-restart"
 INTERRUPTION_MODE = "installed-interruption"
 # installed-lost-completion (docs/lost_completion.md) too, with one round's completions withheld before each kill.
 LOST_MODE = "installed-lost-completion"
-RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE)
+# installed-cleanup-failure (docs/cleanup_failure.md) too: generation 1's requester is killed with a native
+# destroy failed and its objects quarantined, the replacement runs the stale-authority and healthy checks.
+CLEANUP_MODE = "installed-cleanup-failure"
+RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE)
 # The control relay's defect switches (docs/runner-contract.md section 7): the plan names them with the
 # runners', the relay's journal records them.
 RELAY_SWITCHES = ("leak_grant",)
@@ -52,6 +55,12 @@ def killed(profile, role, generation):
     """True when the runner of (role, generation) is to be SIGKILLed at the generation's restart point."""
     roles = restart_roles(profile)
     return roles is not None and role == roles[0] and generation < generations(profile)
+
+
+def observer_loaded(observer, role, generation):
+    """True when the workload's ``observer`` is preloaded into the runner of (role, generation): an observer
+    scoped to one generation (installed-cleanup-failure's uverbs_fault: generation 1) only there."""
+    return observer["role"] == role and observer.get("generation", generation) == generation
 
 
 def expected_kills(profile):

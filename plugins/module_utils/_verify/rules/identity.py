@@ -405,7 +405,8 @@ def check_artifacts(case):
                     problems.append((f"{label}: {what} (sha256 {sha}) is not an artifact of the plan", path))
             for observer in case.workload["observers"]:
                 tool = observer["tool"]
-                if observer["role"] == role and tool in observers and observers[tool] not in preloaded:
+                if lifecycle.observer_loaded(observer, role, generation) and tool in observers \
+                        and observers[tool] not in preloaded:
                     problems.append((f"{label}: observer {tool} (sha256 {observers[tool]}) was not preloaded", path))
     for role, generation, data, path in _told_cases(case):
         told = data.get("verbs_library")

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES, runner_starts
 
 
 def _journal(case, role):
@@ -167,8 +167,12 @@ def check_journal_env(case):
     planned = _planned_tools(case)
     for role in ROLES:
         journal, path = _journal(case, role)
-        wanted = sorted(o["tool"] for o in case.workload["observers"] if o["role"] == role)
+        by_generation = runner_starts(case, role)
         for start in _events(journal, "child_start"):
+            # Which generation this start served (an observer may be scoped to one: installed-cleanup-failure).
+            generation = next((g for g, starts in by_generation.items() if any(s is start for s in starts)), None)
+            wanted = sorted(o["tool"] for o in case.workload["observers"]
+                            if lifecycle.observer_loaded(o, role, generation))
             keys = start.get("env_keys") or []
             if "RDMAV_ALLOW_DISASSOC_DESTROY" in keys:
                 problems.append((f"{role}: pid {start.get('pid')} ran with RDMAV_ALLOW_DISASSOC_DESTROY", path))

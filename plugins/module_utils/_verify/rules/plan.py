@@ -13,12 +13,15 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.regis
 # Modes whose fault-specific rules are written: any other mode fails by name (case.mode_unverified)
 # instead of passing on the healthy-path rules alone.
 VERIFIED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
-                  "installed-lost-completion")
+                  "installed-lost-completion", "installed-cleanup-failure")
 
 
-@applies("fault modes but installed-restart, installed-interruption and installed-lost-completion")
+@applies("fault modes but installed-restart, installed-interruption, installed-lost-completion and "
+         "installed-cleanup-failure (qp)")
 def unverified_mode(profile, _workload):
-    return profile["mode"] not in VERIFIED_MODES
+    # installed-cleanup-failure's rules cover the default qp kind; cq, channel and pd are not verified yet.
+    return profile["mode"] not in VERIFIED_MODES or (
+        profile["mode"] == "installed-cleanup-failure" and profile.get("cleanup_kind", "qp") != "qp")
 
 
 declare("run.plan", "run", "`run.json` is the plan: schema `orbite.run` v1, a non-empty list of unique case IDs "

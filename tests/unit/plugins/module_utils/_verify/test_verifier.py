@@ -67,8 +67,9 @@ def test_healthy_run_passes_every_rule(healthy, tmp_path):
     assert statuses == {"PASS"}
     codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
     # The discovery rail-accounting case runs every rule but the restart roles' modes' (tests/unit/sim/
-    # test_sim_restart.py, test_sim_interruption.py, test_sim_lost_completion.py).
-    assert {r.code for r in rules.RULES if r.group not in ("restart", "interruption", "lost_completion")} <= codes
+    # test_sim_restart.py, test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py).
+    assert {r.code for r in rules.RULES
+            if r.group not in ("restart", "interruption", "lost_completion", "cleanup")} <= codes
     assert json.loads((tmp_path / "verdict.json").read_text())["verdict"] == "PASS"
     junit = ET.parse(tmp_path / "verdict.xml").getroot()
     assert (junit.tag, junit.get("failures"), junit.get("skipped")) == ("testsuites", "0", "0")
@@ -388,6 +389,8 @@ def test_every_registered_code_has_a_red_check():
     # lost_completion.*: its defect switches, a consistent defect and edited receipts
     # (tests/unit/sim/test_sim_lost_completion.py).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("lost_completion.")}
+    # cleanup.*: cleanup-failure defect switches and edited receipts (tests/unit/sim/test_sim_cleanup_failure.py).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("cleanup.")}
     assert set(RECEIPT_CODES) <= set(MUTATIONS)
     assert set(REGISTRY.codes()) - (by_defect | set(MUTATIONS) | elsewhere) == set()
 
