@@ -67,3 +67,20 @@ def expected_kills(profile):
     """[(role, generation)] of the runners the supervisors must SIGKILL, in order."""
     roles = restart_roles(profile)
     return [(roles[0], g) for g in range(1, generations(profile))] if roles else []
+
+
+def restart_section(ledger, key):
+    """The ledger's ``restart.<key>`` object (interruption, lost, cleanup, recovery), or None."""
+    restart = ledger.get("restart")
+    value = restart.get(key) if isinstance(restart, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def fault_round(case):
+    """The round after a generation's healthy ones, where each restart-roles mode injects its fault."""
+    return case.workload["rounds_per_generation"] + 1
+
+
+def nonfinal_generations(case):
+    """The generations that end at a restart point."""
+    return [g for g in case.generations() if ends_idle(case.profile, g)]

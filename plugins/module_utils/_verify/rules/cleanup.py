@@ -21,6 +21,10 @@ from __future__ import annotations
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import WITHHELD
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._lifecycle import (
+    fault_round,
+    restart_section,
+)
 
 EIO = 5
 TOOL = "uverbs_fault"
@@ -34,20 +38,10 @@ def cleanup_mode(profile, _workload):
     return profile.get("mode") == lifecycle.CLEANUP_MODE
 
 
-def _section(ledger, key):
-    restart = ledger.get("restart")
-    value = restart.get(key) if isinstance(restart, dict) else None
-    return value if isinstance(value, dict) else None
-
-
-def _cleanup_round(case):
-    return case.workload["rounds_per_generation"] + 1
-
-
 def _record(case):
     """(the requester's restart.cleanup record or None, its evidence path)."""
     path = case.ledger_path("requester", FAULT_GENERATION)
-    return _section(case.ledger("requester", FAULT_GENERATION), "cleanup"), f"{path}#restart.cleanup"
+    return restart_section(case.ledger("requester", FAULT_GENERATION), "cleanup"), f"{path}#restart.cleanup"
 
 
 def _log(case):
@@ -122,7 +116,7 @@ def check_unquiesced(case):
         problems.append((f"requester g1: close {close.get('result')!r} locally_drained "
                          f"{close.get('locally_drained')!r}, batch {batch.get('state')!r} (expected Unquiesced, false, "
                          "Failed)", f"{where}.close"))
-    round_no = _cleanup_round(case)
+    round_no = fault_round(case)
     errors = [e for e in case.ledger("requester", FAULT_GENERATION)["errors"] if isinstance(e, dict)
               and (e.get("error"), e.get("operation"), e.get("round")) == ("Unquiesced", "close", round_no)]
     if not errors or any(e.get("locally_drained") is not False for e in errors):
@@ -246,13 +240,13 @@ def check_charges(case):
 def check_grant_unresolved(case):
     parents = case.profile["parents"]
     path = case.ledger_path("source", FAULT_GENERATION)
-    held = _section(case.ledger("source", FAULT_GENERATION), "cleanup")
+    held = restart_section(case.ledger("source", FAULT_GENERATION), "cleanup")
     problems = []
-    if held is None or (held.get("round"), held.get("grants_pending")) != (_cleanup_round(case), parents):
+    if held is None or (held.get("round"), held.get("grants_pending")) != (fault_round(case), parents):
         problems.append((f"source g1: the cleanup round's grant at the restart point is {held} (expected round "
-                         f"{_cleanup_round(case)} with {parents} pending)", f"{path}#restart.cleanup"))
+                         f"{fault_round(case)} with {parents} pending)", f"{path}#restart.cleanup"))
     following = FAULT_GENERATION + 1
-    recovery = _section(case.ledger("source", following), "recovery")
+    recovery = restart_section(case.ledger("source", following), "recovery")
     if recovery is None or recovery.get("grants_released") != parents:
         problems.append((f"source g{following}: recovery {recovery}, expected the {parents} unresolved grant(s) "
                          "released once the requester died", f"{case.ledger_path('source', following)}#restart"))

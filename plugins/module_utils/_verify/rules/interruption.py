@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._lifecycle import (
+    fault_round,
+    nonfinal_generations,
+    restart_section,
+)
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES
 
 HELD_KIND = "ROUND_READY"
@@ -38,20 +43,6 @@ def source_survives(profile, _workload):
 @applies("installed-interruption, fault_role source")
 def requester_survives(profile, _workload):
     return interruption_mode(profile, _workload) and profile.get("fault_role") == "source"
-
-
-def _held_round(case):
-    return case.workload["rounds_per_generation"] + 1
-
-
-def _section(ledger, key):
-    restart = ledger.get("restart")
-    value = restart.get(key) if isinstance(restart, dict) else None
-    return value if isinstance(value, dict) else None
-
-
-def _nonfinal(case):
-    return [g for g in case.generations() if lifecycle.ends_idle(case.profile, g)]
 
 
 def _batches_expected(case):
@@ -117,7 +108,7 @@ def check_relay_path(case):
 def check_grant_held(case):
     problems = []
     path = case.relay.path
-    held_round = _held_round(case)
+    held_round = fault_round(case)
     final = list(case.generations())[-1]
     for generation in case.generations():
         frames = [f for c in _pair_connections(case, generation) for f in c["frames"]
@@ -147,10 +138,10 @@ def check_pending(case):
     problems = []
     parents = case.profile["parents"]
     expected = _batches_expected(case)
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         source, requester = case.ledger("source", generation), case.ledger("requester", generation)
         spath, rpath = case.ledger_path("source", generation), case.ledger_path("requester", generation)
-        held_s, held_r = _section(source, "interruption"), _section(requester, "interruption")
+        held_s, held_r = restart_section(source, "interruption"), restart_section(requester, "interruption")
         if held_s is None or held_r is None:
             problems.append((f"g{generation}: no held round recorded (source {held_s is not None}, requester "
                              f"{held_r is not None})", spath if held_s is None else rpath))
@@ -158,10 +149,10 @@ def check_pending(case):
         receive = held_s.get("completion_receive") or {}
         mw = held_s.get("mw") or {}
         if (held_s.get("round"), held_s.get("grants_pending"), mw.get("bind"), receive.get("pending")) != (
-                _held_round(case), parents, "SUCCESS", 1):
+                fault_round(case), parents, "SUCCESS", 1):
             problems.append((f"source g{generation}: round {held_s.get('round')}, grants pending "
                              f"{held_s.get('grants_pending')}, window bind {mw.get('bind')!r}, completion receives "
-                             f"pending {receive.get('pending')} (expected round {_held_round(case)}, {parents}, "
+                             f"pending {receive.get('pending')} (expected round {fault_round(case)}, {parents}, "
                              "'SUCCESS', 1)", f"{spath}#restart.interruption"))
         batches = held_r.get("batches") if isinstance(held_r.get("batches"), list) else []
         found = {b.get("rail"): b.get("parents") for b in batches if isinstance(b, dict)}
@@ -172,7 +163,7 @@ def check_pending(case):
                              f"{held_r.get('grant_received')!r} (expected {expected}, {parents} pending, none "
                              f"received, the source's round {held_s.get('round')})", f"{rpath}#restart.interruption"))
         for role, ledger, held, path in (("source", source, held_s, spath), ("requester", requester, held_r, rpath)):
-            point = _section(ledger, "restart_point") or {}
+            point = restart_section(ledger, "restart_point") or {}
             after = held.get("after") or {}
             if not isinstance(point.get("at"), (int, float)) or not isinstance(after.get("at"), (int, float)) \
                     or point["at"] < after["at"]:
@@ -180,7 +171,7 @@ def check_pending(case):
                                  f"{after.get('at')!r}: the point must follow the held state", path))
         held_at = [f.get("t") for c in _pair_connections(case, generation) for f in c["frames"]
                    if f.get("action") == "held"]
-        point_at = (_section(source, "restart_point") or {}).get("at")
+        point_at = (restart_section(source, "restart_point") or {}).get("at")
         # Both on the source node's clock: the relay held the grant before the source's restart point.
         if held_at and isinstance(point_at, (int, float)) and min(held_at) > point_at:
             problems.append((f"source g{generation}: restart point at {point_at}, the relay held the grant only at "
@@ -200,9 +191,9 @@ def _snapshot_change(held, keys):
       witness=("runner", "peer"), applies=interruption_mode, after=("interruption.grant_held",))
 def check_no_bytes(case):
     problems = []
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         for role in ROLES:
-            held = _section(case.ledger(role, generation), "interruption")
+            held = restart_section(case.ledger(role, generation), "interruption")
             changed = _snapshot_change(held or {}, ("provider_bytes", "native_bytes"))
             if held is None or changed:
                 problems.append((f"{role} g{generation}: byte counters moved while the grant was held {changed}",
@@ -216,9 +207,9 @@ def check_no_bytes(case):
       witness=("runner", "peer"), applies=interruption_mode, after=("interruption.grant_held",))
 def check_no_new_qps(case):
     problems = []
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         for role in ROLES:
-            held = _section(case.ledger(role, generation), "interruption")
+            held = restart_section(case.ledger(role, generation), "interruption")
             changed = _snapshot_change(held or {}, ("qps_created", "provider_qps"))
             if held is None or changed:
                 problems.append((f"{role} g{generation}: QPs created while the grant was held {changed}",
@@ -232,11 +223,11 @@ def check_no_new_qps(case):
       witness=("profile",), applies=interruption_mode, after=("interruption.grant_held",))
 def check_batch_busy(case):
     problems = []
-    held_round = _held_round(case)
+    held_round = fault_round(case)
     count = len(_batches_expected(case))
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         ledger, path = case.ledger("requester", generation), case.ledger_path("requester", generation)
-        held = _section(ledger, "interruption") or {}
+        held = restart_section(ledger, "interruption") or {}
         batches = [b for b in held.get("batches") or [] if isinstance(b, dict)]
         wrong = [(b.get("batch"), b.get("state"), (b.get("wait") or {}).get("result"), b.get("free")) for b in batches
                  if (b.get("state"), (b.get("wait") or {}).get("result"), (b.get("wait") or {}).get("state_after"),
@@ -259,11 +250,11 @@ def check_batch_busy(case):
       witness=("profile", "runner"), applies=source_survives)
 def check_source_drain(case):
     problems = []
-    for generation in _nonfinal(case):
-        held = _section(case.ledger("source", generation), "interruption") or {}
+    for generation in nonfinal_generations(case):
+        held = restart_section(case.ledger("source", generation), "interruption") or {}
         receive = held.get("completion_receive") or {}
         ledger, path = case.ledger("source", generation + 1), case.ledger_path("source", generation + 1)
-        recovery = _section(ledger, "recovery")
+        recovery = restart_section(ledger, "recovery")
         if recovery is None:
             problems.append((f"source g{generation + 1}: no recovery recorded after the requester died",
                              f"{path}#restart.recovery"))
@@ -287,9 +278,9 @@ def check_source_drain(case):
 def check_requester_failed(case):
     problems = []
     expected = _batches_expected(case)
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         ledger, path = case.ledger("requester", generation + 1), case.ledger_path("requester", generation + 1)
-        recovery = _section(ledger, "recovery") or {}
+        recovery = restart_section(ledger, "recovery") or {}
         batches = [b for b in recovery.get("batches") or [] if isinstance(b, dict)]
         found = {b.get("rail"): b.get("parents") for b in batches}
         wrong = [(b.get("batch"), b.get("state"), b.get("bytes"), b.get("remote_effect"), b.get("locally_drained"),
@@ -317,10 +308,10 @@ def check_lanes_reclaimed(case):
     _fault, survivor = lifecycle.restart_roles(case.profile)
     problems = []
     first_pds = sorted(c.get("pd") for c in case.ledger(survivor, 1)["contexts"])
-    for generation in _nonfinal(case):
-        point = _section(case.ledger(survivor, generation), "restart_point") or {}
+    for generation in nonfinal_generations(case):
+        point = restart_section(case.ledger(survivor, generation), "restart_point") or {}
         ledger, path = case.ledger(survivor, generation + 1), case.ledger_path(survivor, generation + 1)
-        recovery = _section(ledger, "recovery") or {}
+        recovery = restart_section(ledger, "recovery") or {}
         lanes = [lane for lane in recovery.get("lanes") or [] if isinstance(lane, dict)]
         qpns = sorted(lane.get("qpn") for lane in lanes)
         wrong = [lane.get("qpn") for lane in lanes

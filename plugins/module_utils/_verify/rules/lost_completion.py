@@ -21,6 +21,11 @@ from ansible_collections.orbite.qualification.plugins.module_utils._profile impo
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import CQE, WITHHELD, WR
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._lifecycle import (
+    fault_round,
+    nonfinal_generations,
+    restart_section,
+)
 
 TOOL = "cq_fault"
 MAX_SHOWN = 8
@@ -41,20 +46,6 @@ def source_survives(profile, _workload):
     return lost_mode(profile, _workload) and profile.get("fault_role") == "requester"
 
 
-def _lost_round(case):
-    return case.workload["rounds_per_generation"] + 1
-
-
-def _section(ledger, key):
-    restart = ledger.get("restart")
-    value = restart.get(key) if isinstance(restart, dict) else None
-    return value if isinstance(value, dict) else None
-
-
-def _nonfinal(case):
-    return [g for g in case.generations() if lifecycle.ends_idle(case.profile, g)]
-
-
 def _batches_expected(case):
     """{rail: [parents]}: one batch per enabled rail, the parents the profile model places there."""
     out = {}
@@ -69,7 +60,7 @@ def _effect(case):
 
 
 def _lost_wrs(ledger):
-    lost = _section(ledger, "lost") or {}
+    lost = restart_section(ledger, "lost") or {}
     return [w for w in lost.get("wrs") or [] if isinstance(w, dict)]
 
 
@@ -138,11 +129,11 @@ def check_kill_point(case):
     parents = list(range(case.profile["parents"]))
     payload, nbytes = case.profile["payload"], case.workload["bytes_per_round"]
     expected = _batches_expected(case)
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         req, src = case.ledger("requester", generation), case.ledger("source", generation)
         rpath = f"{case.ledger_path('requester', generation)}#restart.lost"
         spath = f"{case.ledger_path('source', generation)}#restart.lost"
-        lost, peer = _section(req, "lost"), _section(src, "lost")
+        lost, peer = restart_section(req, "lost"), restart_section(src, "lost")
         if lost is None or peer is None:
             problems.append((f"g{generation}: no lost round recorded (requester {lost is not None}, source "
                              f"{peer is not None})", rpath if lost is None else spath))
@@ -152,7 +143,7 @@ def check_kill_point(case):
         busy = [(b.get("batch"), b.get("state"), (b.get("wait") or {}).get("result"), b.get("free")) for b in batches
                 if (b.get("state"), (b.get("wait") or {}).get("result"), b.get("free"))
                 != ("Running", "Timeout", "BatchBusy")]
-        if found != expected or busy or lost.get("round") != _lost_round(case):
+        if found != expected or busy or lost.get("round") != fault_round(case):
             problems.append((f"requester g{generation}: round {lost.get('round')}, batches {found} (expected "
                              f"{expected}); not Running with a timed-out wait and a busy free(): {busy}", rpath))
         wrs = _lost_wrs(req)
@@ -182,7 +173,7 @@ def check_kill_point(case):
                              f"provider moved {moved} (requester) and {served} (source's devices); expected 0 reported "
                              f"and {nbytes} moved", rpath))
         for role, ledger, at in (("requester", req, after.get("at")), ("source", src, peer.get("at"))):
-            point = (_section(ledger, "restart_point") or {}).get("at")
+            point = (restart_section(ledger, "restart_point") or {}).get("at")
             if not isinstance(point, (int, float)) or not isinstance(at, (int, float)) or point < at:
                 problems.append((f"{role} g{generation}: restart point at {point!r}, lost state at {at!r}: the point "
                                  "must follow it", case.ledger_path(role, generation)))
@@ -190,7 +181,7 @@ def check_kill_point(case):
 
 
 def _recovery(case, role, generation):
-    return _section(case.ledger(role, generation), "recovery") or {}
+    return restart_section(case.ledger(role, generation), "recovery") or {}
 
 
 @rule("lost_completion.destroy_before_drain", "lost_completion",
@@ -201,11 +192,11 @@ def _recovery(case, role, generation):
 def check_destroy_before_drain(case):
     problems = []
     _fault, survivor = lifecycle.restart_roles(case.profile)
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         if survivor == "requester":
             affected = sorted({w.get("qpn") for w in _lost_wrs(case.ledger("requester", generation))})
         else:
-            affected = sorted((_section(case.ledger("source", generation), "lost") or {}).get("qps_live") or [])
+            affected = sorted((restart_section(case.ledger("source", generation), "lost") or {}).get("qps_live") or [])
         path = f"{case.ledger_path(survivor, generation + 1)}#restart.recovery"
         steps = [s for s in _recovery(case, survivor, generation + 1).get("steps") or [] if isinstance(s, dict)]
         destroys = {s.get("qpn"): s for s in steps if s.get("action") == "destroy_qp"}
@@ -232,7 +223,7 @@ def check_destroy_before_drain(case):
 def check_requester_failed(case):
     problems = []
     expected, effect = _batches_expected(case), _effect(case)
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         ledger, path = case.ledger("requester", generation + 1), case.ledger_path("requester", generation + 1)
         recovery = _recovery(case, "requester", generation + 1)
         batches = [b for b in recovery.get("batches") or [] if isinstance(b, dict)]
@@ -248,12 +239,12 @@ def check_requester_failed(case):
                              f"with zero bytes and effect {effect!r}: {wrong}; debt after the drain {after}",
                              f"{path}#restart.recovery"))
         typed = [e for e in ledger["errors"] if isinstance(e, dict)
-                 and (e.get("error"), e.get("operation"), e.get("round")) == ("PeerLost", "wait", _lost_round(case))]
+                 and (e.get("error"), e.get("operation"), e.get("round")) == ("PeerLost", "wait", fault_round(case))]
         bad = [e for e in typed
                if (e.get("bytes"), e.get("remote_effect"), e.get("locally_drained")) != (0, effect, True)]
         if len(typed) != len(expected) or bad:
             problems.append((f"requester g{generation + 1}: {len(typed)} PeerLost error(s) in wait of round "
-                             f"{_lost_round(case)} (expected {len(expected)}), {len(bad)} with bytes or another effect",
+                             f"{fault_round(case)} (expected {len(expected)}), {len(bad)} with bytes or another effect",
                              f"{path}#errors"))
     return problems
 
@@ -265,7 +256,7 @@ def check_requester_failed(case):
 def check_source_released(case):
     problems = []
     parents = case.profile["parents"]
-    for generation in _nonfinal(case):
+    for generation in nonfinal_generations(case):
         recovery = _recovery(case, "source", generation + 1)
         drain = next((s for s in recovery.get("steps") or [] if isinstance(s, dict) and s.get("action") == "drain"), {})
         found = (drain.get("grants_released"), (drain.get("debt_after") or {}).get("grants"),
