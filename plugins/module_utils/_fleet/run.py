@@ -25,7 +25,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet import plan as fleet_plan
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet import verdict as fleet_verdict
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import make_private_dirs
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import VerdictWriteError, verify_run
 
 PLAN_NAME = "fleet.json"
 SLICES = "slices"
@@ -88,7 +88,10 @@ def verify(out, write=True):
     got = {}
     for pair in doc["pairs"]:
         if os.path.isfile(os.path.join(pair["run_dir"], "run.json")):
-            got[pair["id"]] = verify_run(pair["run_dir"], write=write)
+            try:
+                got[pair["id"]] = verify_run(pair["run_dir"], write=write)
+            except VerdictWriteError:
+                continue  # the pair's verdict could not be written (a full disk): it has none, never a PASS
     result = fleet_verdict.fleet_verdict(doc, doc["cases"], got, final=True)
     paths = fleet_verdict.write_fleet_verdict(result, out) if write else {}
     return result, paths
