@@ -58,7 +58,7 @@ def start(fleet_dir, plan, cases, slice_name=None, check_mode=False):
         raise fleet_plan.FleetPlanError(f"fleet_dir={quote(fleet_dir)}: must be an absolute path")
     for number, case_id in enumerate(cases):
         names.check_name(f"cases[{number}]", case_id)
-    if not cases:
+    if not cases and plan["pairs"]:
         raise fleet_plan.FleetPlanError("cases=[]: a fleet runs at least one planned case")
     out = output_dir(fleet_dir, slice_name)
     doc = dict(plan, slice=slice_name or None, fleet_dir=fleet_dir, cases=list(cases))

@@ -162,3 +162,19 @@ def test_fleet_verify_without_any_pair_run_is_incomplete(tmp_path):
     assert json.loads((tmp_path / "fleet-verdict.json").read_text())["verdict"] == "INCOMPLETE"
     got = fleet_run.verify(out)[0]
     assert got["verdict"] == "INCOMPLETE" and got["counts"]["incomplete"] == 8
+
+
+def test_a_slice_without_pairs_is_never_pass_and_adds_no_case_to_the_merge(tmp_path):
+    pairs = [["h0", "h2"]]
+    slices = {}
+    for number, hosts in enumerate([["h0", "h2"], ["h1", "h3"]]):
+        plan = fleet_run.attach_runs(plan_fleet(hosts, "list", pairs=pairs, fleet_hosts=HOSTS, fleet_id="fleet-1"),
+                                     str(tmp_path))
+        cases = CASES if plan["pairs"] else []
+        slices[f"job-{number}"] = fleet_verdict(plan, cases, {p["id"]: _run_verdict(["PASS", "PASS"])
+                                                              for p in plan["pairs"]})
+        fleet_run.start(str(tmp_path), plan, cases, slice_name=f"job-{number}")
+    assert slices["job-1"]["verdict"] == "INCOMPLETE"
+    assert [f["code"] for f in slices["job-1"]["findings"]] == ["fleet.no_pairs"]
+    merged = merge_verdicts("fleet-1", _expected(HOSTS, "list", pairs), 2, slices)
+    assert merged["verdict"] == "PASS" and merged["planned_cases"] == CASES and merged["counts"]["rows"] == 2
