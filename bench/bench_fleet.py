@@ -77,7 +77,7 @@ def main():
         grown = row["seconds"] - single
         print(f"  {row['seconds']:7.2f} {single:7.2f} {grown:+7.2f}  x{row['count']:<3} {row['task']}")
     for label, tasks, total in (("1 pair", one_tasks, one), ("4 pairs", four_tasks, four)):
-        phases = {"plan + per-pair preflight (controller, serial)": 0.0, "waves (hosts)": 0.0, "verdict": 0.0}
+        phases = {"plan, preflight and run.json per pair (controller)": 0.0, "waves (hosts)": 0.0, "verdict": 0.0}
         for name, row in tasks.items():
             if name.startswith(("orbite.qualification.runner", "orbite.qualification.node", "Run one",
                                 "Take this host", "Set this host", "Touch no node")):
@@ -85,7 +85,7 @@ def main():
             elif name.startswith(("Verify", "Publish", "Show", "Fail")):
                 phases["verdict"] += row["seconds"]
             else:
-                phases["plan + per-pair preflight (controller, serial)"] += row["seconds"]
+                phases["plan, preflight and run.json per pair (controller)"] += row["seconds"]
         print(f"{label}: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
               + f"; ansible-playbook start and exit {total - sum(phases.values()):.1f} s")
     runner = sum(r["seconds"] for name, r in four_tasks.items() if "Wait for the runner" in name)
