@@ -95,6 +95,12 @@ def test_bad_lab_request_fails_clearly(repo_root, ansible_env, tmp_path):
     assert result.returncode != 0
     assert "name='Bad/Name': must be one lower-case DNS label" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+    # A fleet lab of N hosts: N from 2 to 8, refused by name before anything is created.
+    result = _lab(repo_root, ansible_env, sim_lab_dir=str(tmp_path / "lab9"), sim_lab_count=9)
+    assert result.returncode != 0
+    assert 'sim_lab_count=9: must be a whole number from 2 to 8 (the lab\'s hosts sim-a..sim-h' in " ".join(
+        result.stdout.split()), result.stdout[-2000:]
+    assert not (tmp_path / "lab9").exists()
 
 
 @pytest.mark.parametrize("lab_vars", [{"sim_lab_dir": "{inside}/sim-lab"}, {"orbite_work_dir": "{inside}"},

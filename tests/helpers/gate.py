@@ -12,20 +12,23 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def sim_lab(tmp_path_factory, repo_root, ansible_env):
-    """Generator for a module fixture: a fresh lab from playbooks/sim_lab.yml, removed afterwards."""
+def sim_lab(tmp_path_factory, repo_root, ansible_env, count=None):
+    """Generator for a module fixture: a fresh lab from playbooks/sim_lab.yml, removed afterwards; ``count``
+    hosts (sim_lab_count, with a generated inventory <lab>/inventory.yml) instead of inventories/sim's two."""
     lab_dir = tmp_path_factory.mktemp("lab") / "sim-lab"
     cmd = [str(BIN / "ansible-playbook"), "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab_dir}"]
+    if count is not None:
+        cmd += ["-e", f"sim_lab_count={count}"]
     subprocess.run(cmd, cwd=repo_root, env=ansible_env, check=True, capture_output=True, timeout=300)
     yield lab_dir
     subprocess.run([*cmd, "-e", "sim_lab_state=absent"], cwd=repo_root, env=ansible_env, check=False,
                    capture_output=True, timeout=300)
 
 
-def run_gate(repo_root, ansible_env, lab, runs, playbook, extra, timeout=600, **popen):
-    """One playbook on the sim inventory; with Popen keywords it is started, not waited for (its output is
-    discarded: nobody reads it, and an unread pipe would stall the play)."""
-    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/sim", f"playbooks/{playbook}",
+def run_gate(repo_root, ansible_env, lab, runs, playbook, extra, timeout=600, inventory="inventories/sim", **popen):
+    """One playbook on the sim inventory (or ``inventory``); with Popen keywords it is started, not waited for
+    (its output is discarded: nobody reads it, and an unread pipe would stall the play)."""
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), f"playbooks/{playbook}",
            "-e", f"sim_lab_dir={lab}", "-e", f"orbite_output_dir={runs}", "-e", json.dumps(extra)]
     if popen:
         return subprocess.Popen(cmd, cwd=repo_root, env=ansible_env, stdout=subprocess.DEVNULL,

@@ -18,7 +18,7 @@ from helpers.paths import REPO
 COLLECTION = "ansible_collections.orbite.qualification"
 MODULE_UTILS = f"{COLLECTION}.plugins.module_utils"
 UTILS_DIR = REPO / "plugins" / "module_utils"
-PACKAGES = ("_build", "_common", "_inventory", "_node", "_profile", "_run", "_sim", "_verify")
+PACKAGES = ("_build", "_common", "_fleet", "_inventory", "_node", "_profile", "_run", "_sim", "_verify")
 
 # Top-level names of the simulated engine under sim/ (run with sim/ on sys.path), and its path
 # as a package of the collection, should anyone import it that way.

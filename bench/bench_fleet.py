@@ -1,0 +1,96 @@
+"""Parallel efficiency of the fleet (playbooks/fleet.yml) on the local simulated lab of 8 hosts: 4 disjoint
+pairs in one wave against one pair, same profile and cases; prints the machine's core count, both times
+to verdict, the efficiency (one pair's time / four pairs' time; 1.0 is ideal: four times the work in the
+same time) and where the time goes per task (bench/callback_plugins/task_times.py). Figures are printed,
+never asserted.
+
+    unshare -n bash -c 'ip link set lo up && .venv/bin/python bench/bench_fleet.py [--rounds N] [--profile F]'
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = [f"sim-{c}" for c in "abcdefgh"]
+ONE = [["sim-a", "sim-b"]]
+FOUR = [HOSTS[i:i + 2] for i in range(0, 8, 2)]
+
+
+def _env():
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+                ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "bench" / "callback_plugins"),
+                ANSIBLE_CALLBACKS_ENABLED="task_times",
+                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+
+def fleet(lab, runs, pairs, profile, times_path):
+    """Seconds to the fleet verdict of ``pairs``, and the per-task times."""
+    started = time.monotonic()
+    result = subprocess.run(
+        ["ansible-playbook", "-i", str(lab / "inventory.yml"), "playbooks/fleet.yml", "-e", f"sim_lab_dir={lab}",
+         "-e", json.dumps({"orbite_output_dir": str(runs), "orbite_profile_file": profile,
+                           "orbite_fleet_pairing": "list", "orbite_fleet_pairs": pairs})],
+        cwd=ROOT, env=dict(_env(), ORBITE_TASK_TIMES=str(times_path)), capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if result.returncode != 0:
+        sys.exit(f"the fleet of {len(pairs)} pair(s) failed:\n{result.stdout[-3000:]}")
+    return elapsed, {row["task"]: row for row in json.loads(times_path.read_text())}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1, help="alternating measurements of each side (best kept)")
+    parser.add_argument("--profile", default="rail_accounting.json", help="profile file (default the frozen one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        lab = Path(tmp) / "lab"
+        common = ["ansible-playbook", "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab}", "-e", "sim_lab_count=8"]
+        subprocess.run(common, cwd=ROOT, env=_env(), check=True, capture_output=True)
+        try:
+            best = {}
+            for index in range(args.rounds):
+                for name, pairs in (("one", ONE), ("four", FOUR)):
+                    got = fleet(lab, Path(tmp) / f"runs-{name}-{index}", pairs, args.profile,
+                                Path(tmp) / f"times-{name}-{index}.json")
+                    if name not in best or got[0] < best[name][0]:
+                        best[name] = got
+        finally:
+            subprocess.run([*common, "-e", "sim_lab_state=absent"], cwd=ROOT, env=_env(), check=False,
+                           capture_output=True)
+    (one, one_tasks), (four, four_tasks) = best["one"], best["four"]
+    print(f"machine: {os.cpu_count()} core(s) (os.cpu_count); load average now {os.getloadavg()[0]:.1f}")
+    print(f"profile {args.profile}; best of {args.rounds} round(s)")
+    print(f"fleet of 1 pair  (2 hosts):          {one:.2f} s to the fleet verdict")
+    print(f"fleet of 4 disjoint pairs (8 hosts): {four:.2f} s to the fleet verdict (one wave)")
+    print(f"parallel efficiency 1-pair time / 4-pair time: {one / four:.2f} (ideal 1.0, goal >= 0.8; "
+          f"speedup {4 * one / four:.2f}x over 4 pairs one after the other)")
+    print("where the time goes (seconds per task name, all hosts in lockstep; 4 pairs, 1 pair, growth), top 15:")
+    rows = sorted(four_tasks.values(), key=lambda r: -r["seconds"])[:15]
+    for row in rows:
+        single = one_tasks.get(row["task"], {}).get("seconds", 0.0)
+        grown = row["seconds"] - single
+        print(f"  {row['seconds']:7.2f} {single:7.2f} {grown:+7.2f}  x{row['count']:<3} {row['task']}")
+    for label, tasks, total in (("1 pair", one_tasks, one), ("4 pairs", four_tasks, four)):
+        phases = {"plan, preflight and run.json per pair (controller)": 0.0, "waves (hosts)": 0.0, "verdict": 0.0}
+        for name, row in tasks.items():
+            if name.startswith(("orbite.qualification.runner", "orbite.qualification.node", "Run one",
+                                "Take this host", "Set this host", "Touch no node")):
+                phases["waves (hosts)"] += row["seconds"]
+            elif name.startswith(("Verify", "Publish", "Show", "Fail")):
+                phases["verdict"] += row["seconds"]
+            else:
+                phases["plan, preflight and run.json per pair (controller)"] += row["seconds"]
+        print(f"{label}: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+              + f"; ansible-playbook start and exit {total - sum(phases.values()):.1f} s")
+    runner = sum(r["seconds"] for name, r in four_tasks.items() if "Wait for the runner" in name)
+    print(f"waiting for the runners: {runner:.2f} s of {four:.2f} s (4 pairs); the rest is Ansible's own work")
+
+
+if __name__ == "__main__":
+    main()
