@@ -224,8 +224,8 @@ def validate_case(raw):
     case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
-    case["defects"] = _name_list(raw, "defects", DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS
-                                  + LOST_DEFECTS + CLEANUP_DEFECTS)
+    switches = DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS + LOST_DEFECTS + CLEANUP_DEFECTS
+    case["defects"] = _name_list(raw, "defects", switches)
     case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
     generations = case["profile"].get("generations", 1)
     if case["generation"] > generations:

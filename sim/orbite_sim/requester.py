@@ -445,8 +445,8 @@ class RequesterEngine(Engine):
             "round": round_no, "parents": len(parents), "batches": batches,
             "wrs": [{k: w[k] for k in ("wr_id", "parent", "rail", "lane", "qpn", "bytes", "status", "completed_seq")}
                     for w in wrs],
-            "sq_debt": sq_debt, "provider_outstanding": {str(qp.qpn): qp.provider_outstanding()
-                                                        for qp in self.live_qps.values()},
+            "sq_debt": sq_debt,
+            "provider_outstanding": {str(qp.qpn): qp.provider_outstanding() for qp in self.live_qps.values()},
             "grants_held": sorted(self.held_grants),
             "loans": [{"parent": w["parent"], "offset": w["local_offset"], "bytes": w["bytes"]}
                       for w in wrs if w["completed_seq"] is None],

@@ -671,8 +671,8 @@ class QueuePair(_Owner):
         ret = self.context.lib.ibv_query_qp(self.ptr, ctypes.byref(attr), QP_STATE, ctypes.byref(init))
         if ret:
             raise VerbsError("ibv_query_qp", ret, f"QP {self.qpn}")
-        return {"qpn": QpHead.from_address(self.ptr).qp_num, "state": QP_STATE_NAMES.get(attr.qp_state,
-                                                                                        str(attr.qp_state))}
+        state = QP_STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
+        return {"qpn": QpHead.from_address(self.ptr).qp_num, "state": state}
 
 
 def gid_text(raw):

@@ -83,7 +83,7 @@ def _circle_rounds(hosts):
     ring = list(hosts) + ([None] if len(hosts) % 2 else [])
     n = len(ring)
     rounds = []
-    for _ in range(n - 1):
+    for _round in range(n - 1):
         rounds.append([(ring[i], ring[n - 1 - i]) for i in range(n // 2)
                        if ring[i] is not None and ring[n - 1 - i] is not None])
         ring = [ring[0], ring[-1], *ring[1:-1]]

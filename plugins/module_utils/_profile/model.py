@@ -879,6 +879,8 @@ def cq_fault_env(wrs_per_round: int) -> dict:
     after them, in every generation of the process (a survivor lives through several)."""
     return {"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": str(ROUNDS_PER_GENERATION * wrs_per_round),
             "ORBITE_CQ_FAULT_LIMIT": str(wrs_per_round), "ORBITE_CQ_FAULT_REPEAT": "1"}
+
+
 def _cleanup_fault(profile, wrs_per_round):
     """installed-cleanup-failure (docs/cleanup_failure.md): uverbs_fault is loaded into generation 1's requester
     only (the replacement runs the healthy checks), armed for the profile's cleanup kind; the qp selector lets
