@@ -46,6 +46,8 @@ def gate(base, times_path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="alternating measurements of each side")
+    parser.add_argument("--top", type=int, default=25, help="how many tasks of the breakdown to print (0: all)")
+    parser.add_argument("--times", type=Path, help="also keep the last run's per-task times (JSON) here")
     args = parser.parse_args()
     direct_times, gate_times = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,13 +61,19 @@ def main():
             direct_times.append(time.monotonic() - started)
             gate_times.append(gate(f"{tmp}/gate{index}", Path(tmp) / "times.json"))
         tasks = json.loads((Path(tmp) / "times.json").read_text())
+        if args.times:
+            args.times.write_text(json.dumps(tasks, indent=1) + "\n")
     direct, full = min(direct_times), min(gate_times)
     print(f"direct runner invocations (2 cases): {direct:.2f} s   (best of {args.rounds})")
     print(f"rail_accounting.yml to verdict:      {full:.2f} s   (best of {args.rounds})")
     print(f"ratio gate / direct:                 {full / direct:.2f}x   (goal <= 3x)")
     total = sum(row["seconds"] for row in tasks)
-    print(f"where the gate's time goes (last run: {len(tasks)} distinct tasks, {total:.1f} s; top 15):")
-    for row in tasks[:15]:
+    runs = sum(row["count"] for row in tasks)
+    shown = tasks[:args.top] if args.top > 0 else tasks
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (1 min) at the end")
+    print(f"where the gate's time goes (last run: {len(tasks)} distinct tasks started {runs} times, {total:.1f} s; "
+          f"{'top ' + str(len(shown)) if len(shown) < len(tasks) else 'all'}):")
+    for row in shown:
         print(f"  {row['seconds']:7.2f}  x{row['count']:<3} {row['task']}")
 
 

@@ -48,7 +48,8 @@ options:
   partial:
     description:
       - The run is still going; the verdict says C(complete=false) and is C(INCOMPLETE) at best.
-      - The gate verifies after every case this way, so a killed controller leaves the verdict so far.
+      - The gate's first verdict is one with no case verified, written by M(orbite.qualification.run_plan)
+        (O(orbite.qualification.run_plan#module:verdict=true)) before any node is touched.
     type: bool
     default: false
   index_dir:

@@ -113,6 +113,15 @@ options:
             C(uverbs_fault)), each a mapping of C(path) (absolute) and C(sha256) and nothing else.
         type: dict
         default: {}
+  verdict:
+    description:
+      - Also write the run's first verdict (C(verdict.json), C(.xml), C(.md), C(.html)) as the verifier
+        writes a partial one, before any node is touched (C(INCOMPLETE), every planned case not verified
+        yet). A controller killed before the final verification (M(orbite.qualification.result_check))
+        leaves this, never C(PASS); the final verification replaces it.
+      - A verdict that cannot be written (a full disk) is a warning; the final verification writes or fails.
+    type: bool
+    default: false
   origin:
     description:
       - A rerun's origin (RV(orbite.qualification.run_origin#module:origin)), written into C(run.json) so the
@@ -162,6 +171,11 @@ run_json:
   returned: success
   type: str
   sample: /var/tmp/orbite-runs/ra-1/run.json
+verdict:
+  description: Path of the first verdict written (O(verdict)), else null.
+  returned: success
+  type: str
+  sample: /var/tmp/orbite-runs/ra-1/verdict.json
 cases:
   description: The IDs the gate gives each case's processes, by case ID (as written to C(case.json)).
   returned: success
@@ -186,6 +200,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._run.plan imp
     case_ids,
     write_plan,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
 
 def main():
@@ -213,6 +228,7 @@ def main():
                 }},
                 "observers": {"type": "dict", "default": {}},
             }},
+            "verdict": {"type": "bool", "default": False},
             "origin": {"type": "dict", "options": {
                 "run_id": {"type": "str", "required": True},
                 "run_dir": {"type": "path", "required": True},
@@ -230,7 +246,14 @@ def main():
         fail_from(module, error)
     except OSError as error:
         fail_from(module, error, prefix=f"run_dir={params['run_dir']}: cannot be written")
-    module.exit_json(changed=changed, run_json=os.path.join(params["run_dir"], "run.json"),
+    verdict = None
+    if params["verdict"] and not module.check_mode:
+        first = verify_run(params["run_dir"], cases=[], partial=True)
+        if first.get("write_error"):
+            module.warn(f"the run's first verdict (INCOMPLETE) could not be written: {first['write_error']}")
+        else:
+            verdict = os.path.join(params["run_dir"], "verdict.json")
+    module.exit_json(changed=changed, verdict=verdict, run_json=os.path.join(params["run_dir"], "run.json"),
                      cases={case["id"]: case_ids(params["run_id"], case["id"]) for case in params["cases"]})
 
 

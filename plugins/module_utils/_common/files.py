@@ -39,6 +39,20 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
         os.close(dir_fd)
 
 
+def makedirs_private(path: str) -> None:
+    """Create ``path`` and every missing parent with mode 0700 (os.makedirs gives the leaf only its
+    mode); a directory that exists keeps its mode."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return
+    makedirs_private(os.path.dirname(path))
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
 def atomic_write_text(path: str, text: str, mode: int = 0o600) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 

@@ -24,6 +24,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common impor
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_json,
+    makedirs_private,
     read_regular_bytes,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
@@ -164,7 +165,8 @@ def prepare_output(output_dir):
     if os.path.exists(os.path.join(output_dir, LEDGER_NAME)) or os.path.exists(os.path.join(output_dir, READY_NAME)):
         raise RunnerError("output_not_empty", f"output_dir={output_dir}: already holds receipts of another run; "
                                               "use a new directory per role and generation")
-    os.makedirs(output_dir, mode=0o700, exist_ok=True)
+    # The case's and the role's directories too (the role makes no directory of its own): 0700 each.
+    makedirs_private(output_dir)
     os.chmod(output_dir, 0o700)
 
 

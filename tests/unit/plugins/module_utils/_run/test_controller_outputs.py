@@ -2,7 +2,7 @@
 
 They name hosts, devices and addresses, so they are private by default: 0700 directories and 0600
 files (docs/security.md, "Inputs"). One playbook drives the real modules and role tasks on
-localhost: run_plan, the runner role's fetch.yml (localhost as the node), result_check and the
+localhost: run_plan, fetch_receipts (localhost as the node), result_check and the
 sim_lab role (local kind).
 """
 
@@ -29,14 +29,10 @@ PLAYBOOK = """
           - id: c1
             profile: {{source: sim-a, requester: sim-b, mode: installed-host}}
 
-    - name: Fetch a node's receipts (localhost plays the node)
-      ansible.builtin.include_role:
-        name: orbite.qualification.runner
-        tasks_from: fetch
-      vars:
-        orbite_case_node_dir: "{node}"
-        orbite_node_role: source
-        orbite_case_ctl_dir: "{{{{ run_dir }}}}/cases/c1/source"
+    - name: Fetch a node's receipts (localhost plays the node), as the runner role does
+      orbite.qualification.fetch_receipts:
+        src: "{node}/source"
+        dest: "{{{{ run_dir }}}}/cases/c1/source"
 
     - name: Verify (the run is incomplete, so a FAIL verdict, still written)
       orbite.qualification.result_check:

@@ -242,3 +242,23 @@ def test_a_rerun_of_a_run_that_passed_or_is_no_run_is_refused_by_name(tmp_path):
 def test_a_bad_origin_is_named(tmp_path, origin, message):
     with pytest.raises(RunPlanError, match=message):
         write_plan(str(tmp_path), "run-1", [{"id": "a", "profile": PROFILE}], origin=origin)
+
+
+def test_the_module_writes_the_runs_first_verdict_incomplete_when_asked(tmp_path):
+    """The gate's first verdict, before any node is touched: INCOMPLETE, every planned case pending, in every
+    format; a controller killed before the final verification leaves this, never PASS."""
+    from helpers.modules import run_module
+
+    run_dir = tmp_path / "runs" / "r1"
+    base = {"run_dir": str(run_dir), "run_id": "r1",
+            "cases": [{"id": "a", "profile": PROFILE}, {"id": "b", "profile": PROFILE}]}
+    plain = run_module("run_plan", tmp_path, base)
+    assert plain["verdict"] is None and not (run_dir / "verdict.json").exists()
+    first = run_module("run_plan", tmp_path, dict(base, verdict=True))
+    assert first["verdict"] == str(run_dir / "verdict.json") and not first.get("failed")
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["verdict"] == "INCOMPLETE" and verdict["complete"] is False
+    assert [(c["case"], c["verdict"]) for c in verdict["cases"]] == [("a", "INCOMPLETE"), ("b", "INCOMPLETE")]
+    assert verdict["failed_codes"] == ["run.incomplete"]
+    assert (run_dir / "verdict.md").read_text().splitlines()[0] == "# Verdict: INCOMPLETE"
+    assert not (tmp_path / "runs" / "index.json").exists()  # the runs index is the final verification's

@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Action plugin for orbite.qualification.fetch_receipts: pack on the node, one fetch, unpack here.
+
+The module packs the node's receipts into one tar and lists each member's size and sha256; this
+fetches that one file over the task's connection, writes the members into ``dest`` on the controller
+(module_utils/_run/receipts.py: checked against the node's listing, atomic, private) and removes the
+archive from the node. One module call and one transfer per node and case, whatever the file count.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
+from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts import unpack
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp  # not used since Ansible 2.5
+        dest = self._task.args.get("dest")
+        if not isinstance(dest, str) or not os.path.isabs(dest):
+            result.update(failed=True, code="receipts.invalid",
+                          msg=f"dest={dest!r}: must be an absolute path on the controller")
+            return result
+        packed = self._execute_module(module_name="orbite.qualification.fetch_receipts", task_vars=task_vars)
+        self._remove_tmp_path(self._connection._shell.tmpdir)
+        result = merge_hash(result, packed)
+        archive = packed.get("archive")
+        if packed.get("failed") or self._task.check_mode or not archive:
+            return result
+        local = tempfile.mkdtemp(prefix="orbite-receipts-")
+        try:
+            local_archive = os.path.join(local, "receipts.tar")
+            self._connection.fetch_file(archive, local_archive)
+            written, errors = unpack(local_archive, packed.get("members") or [], dest)
+        except Exception as error:  # a transfer or archive error is the task's failure, named
+            written, errors = [], {archive: f"could not be fetched or read: {error}"}
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+            # The receipts stay on the node; their archive does not.
+            self._low_level_execute_command(f"rm -f -- {shlex.quote(archive)}")
+        result.update(fetched=written, changed=bool(written))
+        if errors:
+            result.update(failed=True, code="receipts.unwritten", errors=errors,
+                          msg=f"{len(errors)} receipt(s) of {len(packed.get('members') or [])} not written into "
+                              f"{dest}: " + "; ".join(f"{name}: {why}" for name, why in sorted(errors.items())))
+        return result
