@@ -75,6 +75,19 @@ files:
   returned: success
   type: list
   elements: dict
+  contains:
+    name:
+      description: The file's name in the plan (C(runner), C(verbs_library), an observer's tool).
+      type: str
+    dest:
+      description: Where it is on the node.
+      type: str
+    sha256:
+      description: The SHA-256 of the bytes on the node (the plan's pin).
+      type: str
+    changed:
+      description: Whether this task wrote it (false when the node already held those bytes).
+      type: bool
   sample: [{name: runner, dest: /var/tmp/orbite/ra-1/orbite-sim-runner.pyz, changed: true,
             sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}]
 code:

@@ -104,7 +104,7 @@ def pack(src, patterns, files, archive_path):
             raise ReceiptsError(f"files: member name {quote(name)} must be a plain file name")
     members, skipped = [], []
     chosen = select(src, patterns)
-    taken = {name for name, _ in chosen}
+    taken = {name for name, _path in chosen}
     for name, path in sorted(files.items()):
         if name in taken:
             raise ReceiptsError(f"files: {quote(name)} is also a receipt under {src}")
