@@ -39,7 +39,7 @@ lint: setup
 
 # pytest-xdist, one worker per core; tests that start the sim lab share one worker (tests/conftest.py).
 unit: setup
-	$(BIN)/pytest -q -n auto tests
+	$(BIN)/pytest -q -n auto --durations=25 tests
 
 # Namespaced fake hosts need root (mount/UTS/PID namespaces, sshd); say so rather than fail.
 # The scenarios (extensions/molecule/*, one lab each, one after the other): the rail-accounting, restart and

@@ -28,8 +28,9 @@ if ! ansible-playbook --check -i inventories/sim playbooks/rail_accounting.yml >
   echo "compat: --check failed with the oldest supported ansible-core" >&2
   exit 1
 fi
+# One case (the other differs in operation and progress mode only, which ansible-core does not see).
 if ansible-playbook -i inventories/sim playbooks/rail_accounting.yml \
-     -e orbite_profile_file=rail_accounting_discovery.json >"$work/gate.log" 2>&1; then
+     -e orbite_profile_file=rail_accounting_discovery.json -e orbite_case_only=write-events >"$work/gate.log" 2>&1; then
   echo "compat: rail_accounting (discovery) verdict PASS with $(ansible --version | sed -n 1p)"
 else
   tail -40 "$work/gate.log"

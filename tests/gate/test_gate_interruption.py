@@ -1,7 +1,7 @@
 """installed-interruption through ansible-playbook on the local simulated lab (docs/interruption.md).
 
-One case of playbooks/interruption.yml (the source killed twice, WRITE/events; all four cases run over SSH in
-the molecule scenario `interruption`, part of make test as root) must PASS with every interruption rule
+One case of playbooks/interruption.yml (the source killed twice, WRITE/events; its two 2-generation cases run
+over SSH in the molecule scenario `interruption`, part of make test as root) must PASS with every interruption rule
 applied, the relay's held grants journaled and the relay gone afterwards; a runner switch and the relay's
 switch, each on one small case, fail exactly their rule; a controller killed while a grant is held leaves an
 INCOMPLETE verdict, every lock released within the lease and no runner or relay running.
@@ -49,7 +49,7 @@ def _relay_pid(lab, run_id, case):
 
 def test_interruption_playbook_passes_its_cases(repo_root, ansible_env, lab, tmp_path):
     # The shipped profile with the playbook's own variant of the case that holds most (two kills, two held
-    # grants); the playbook's four cases run over SSH in the molecule scenario `interruption`.
+    # grants); the playbook's 2-generation cases run over SSH in the molecule scenario `interruption`.
     variant = {"id": "source-g3-write-events",
                "changes": {"fault_role": "source", "generations": 3, "operation": "write", "rdma_events": True}}
     result = _gate(repo_root, ansible_env, lab, tmp_path, {"orbite_case_variants": [variant]})

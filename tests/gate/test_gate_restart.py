@@ -35,8 +35,8 @@ def _gate(repo_root, ansible_env, lab, runs, extra, **popen):
 
 
 def test_restart_playbook_passes_its_frozen_cases(repo_root, ansible_env, lab, tmp_path):
-    # The playbook's four case variants on the small profile: the frozen 16 x 4 MiB profile itself runs over
-    # SSH in the molecule scenario `restart` (make molecule, part of make test as root).
+    # The playbook's four case variants on the small profile: the frozen 16 x 4 MiB profile's 2-generation
+    # cases run over SSH in the molecule scenario `restart` (make molecule, part of make test as root).
     profile = tmp_path / "small-restart.json"
     profile.write_text(json.dumps(SMALL_RESTART_PROFILE))
     result = _gate(repo_root, ansible_env, lab, tmp_path, {"orbite_profile_file": str(profile)})

@@ -168,6 +168,27 @@ def test_check_mode_runs_the_preflight_then_stops(repo_root, ansible_env, invent
     assert not work.exists()
 
 
+@pytest.mark.parametrize(("only", "planned"), [
+    ("write-events", "1 case(s) planned: write-events"),  # a survey's text
+    (["read-polling", "write-events"], "2 case(s) planned: read-polling, write-events"),
+    ("", "2 case(s) planned: read-polling, write-events"),  # unanswered: every case
+])
+def test_case_only_plans_a_subset_of_the_playbooks_cases(repo_root, ansible_env, inventory, tmp_path, only, planned):
+    result = _gate_check(repo_root, ansible_env, inventory, "rail_accounting.yml",
+                         dict(SURVEY, orbite_case_only=only), tmp_path / "work")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check mode: preflight passed (profile valid, " + planned in " ".join(result.stdout.split())
+
+
+def test_case_only_naming_no_case_of_the_playbook_fails_naming_them(repo_root, ansible_env, inventory, tmp_path):
+    result = _gate_check(repo_root, ansible_env, inventory, "rail_accounting.yml",
+                         dict(SURVEY, orbite_case_only="write-events, read-events"), tmp_path / "work")
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0 and "check mode: preflight passed" not in out
+    assert ('orbite_case_only=["write-events", "read-events"]: read-events is not a case of this playbook (its '
+            "cases: read-polling, write-events)") in out, out[-3000:]
+
+
 def test_check_mode_with_a_bad_profile_stops_at_validation(repo_root, ansible_env, inventory, tmp_path):
     result = _gate_check(repo_root, ansible_env, inventory, "installed_host.yml",
                          {"orbite_profile": _profile(repo_root, "installed_host.json", num_lanes="x")}, tmp_path / "w")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers.reference_runner import CRATE, cargo_available, reference_runner
-from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, exit_codes, run_pair
+from helpers.sim_pair import FAULT_MODE_GROUPS, RAIL_ACCOUNTING, SMALL_HOST, exit_codes, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import rules
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
@@ -48,7 +48,7 @@ def test_native_pair_passes_every_rule(healthy, runner):
     assert verdict["verdict"] == "PASS", verdict["failed_codes"]
     assert verdict["runner_kind"] == "native"
     codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
-    assert {r.code for r in rules.RULES if r.group not in ("restart", "interruption")} <= codes
+    assert {r.code for r in rules.RULES if r.group not in FAULT_MODE_GROUPS} <= codes
     for case in ("ra", "ih", "rad"):
         assert exit_codes(healthy / "cases" / case) == {"source": 0, "requester": 0}
         ledger = json.loads((healthy / "cases" / case / "requester" / "g1" / "ledger.json").read_text())

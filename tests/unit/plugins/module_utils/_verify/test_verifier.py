@@ -15,7 +15,7 @@ import pytest
 from helpers import observer_log
 from helpers.receipts import edit_json, edit_lines, reorder
 from helpers.consistent_defects import DEFECTS as CONSISTENT_DEFECTS
-from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
+from helpers.sim_pair import FAULT_MODE_GROUPS, RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import reading, rules
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import case_receipts
@@ -66,10 +66,8 @@ def test_healthy_run_passes_every_rule(healthy, tmp_path):
     statuses = {f["status"] for case in verdict["cases"] for f in case["findings"] + verdict["run_findings"]}
     assert statuses == {"PASS"}
     codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
-    # The discovery rail-accounting case runs every rule but the restart roles' modes' (tests/unit/sim/
-    # test_sim_restart.py, test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py).
-    assert {r.code for r in rules.RULES
-            if r.group not in ("restart", "interruption", "lost_completion", "cleanup")} <= codes
+    # The discovery rail-accounting case runs every rule but the restart roles' modes' (FAULT_MODE_GROUPS).
+    assert {r.code for r in rules.RULES if r.group not in FAULT_MODE_GROUPS} <= codes
     assert json.loads((tmp_path / "verdict.json").read_text())["verdict"] == "PASS"
     junit = ET.parse(tmp_path / "verdict.xml").getroot()
     assert (junit.tag, junit.get("failures"), junit.get("skipped")) == ("testsuites", "0", "0")
