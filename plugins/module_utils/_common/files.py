@@ -2,26 +2,27 @@
 # Copyright: OrbiTE qualification contributors
 """The collection's one atomic writer: write a temporary file beside the target, fsync, rename."""
 
+import contextlib
 import hashlib
 import json
 import os
 import stat
 import tempfile
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 
 
-def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never a part.
-
-    The file and its directory are fsynced, so the new content survives a crash once this returns.
-    """
+@contextlib.contextmanager
+def atomic_writer(path: str, mode: int = 0o600) -> Iterator[BinaryIO]:
+    """A binary file to write that replaces ``path`` when the block ends, so a reader sees the old or the
+    new file, never a part (for content written as a stream, e.g. an archive); an exception leaves
+    ``path`` as it was. The file and its directory are fsynced, so the new content survives a crash."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
@@ -37,6 +38,12 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never a part."""
+    with atomic_writer(path, mode) as handle:
+        handle.write(data)
 
 
 def makedirs_private(path: str) -> None:

@@ -29,6 +29,7 @@ import tarfile
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_bytes,
+    atomic_writer,
     makedirs_private,
 )
 
@@ -119,21 +120,10 @@ def pack(src, patterns, files, archive_path):
         chosen.append((name, path))
     if not chosen:
         return members, skipped
-    directory = os.path.dirname(os.path.abspath(archive_path))
-    makedirs_private(directory)
-    temporary = os.path.join(directory, f".{os.path.basename(archive_path)}.{os.getpid()}")
-    try:
-        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
-                for name, path in chosen:
-                    members.append(_add(archive, name, path))
-        os.replace(temporary, archive_path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+    makedirs_private(os.path.dirname(os.path.abspath(archive_path)))
+    with atomic_writer(archive_path) as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, path in chosen:
+            members.append(_add(archive, name, path))
     return members, skipped
 
 
