@@ -167,6 +167,12 @@ def _refused_to_arm(events):
     return [kept[0], {"ev": "not_armed", "reason": "RDMAV_ALLOW_DISASSOC_DESTROY is set"}, *kept[1:]]
 
 
+def _one_qp_fewer_held(ledger):
+    record = ledger["restart"]["cleanup"]
+    for held in (record["before"]["provider_held"], record["retained"]["provider_held"]):
+        held["qp"] -= 1
+
+
 @pytest.mark.parametrize(("code", "mutate"), [
     # The survivor released the grant before the requester died (nothing pending at its restart point).
     ("cleanup.grant_unresolved", lambda case: _edit(case / "source" / "g1" / "ledger.json",
@@ -174,6 +180,9 @@ def _refused_to_arm(events):
     # The observer never failed the destroy (a filter that did not see the descriptor): its log is the witness.
     ("cleanup.fault", lambda case: _edit_log(case / "requester" / "g1" / "observer-uverbs_fault.jsonl",
                                              _not_injected)),
+    # A consistent defect: the provider's QP count lowered alike before and after (the QP gone, the record
+    # self-consistent); the profile model's count is the expectation.
+    ("cleanup.retained", lambda case: _edit(case / "requester" / "g1" / "ledger.json", _one_qp_fewer_held)),
     # The batch claimed a local drain after the EIO.
     ("cleanup.unquiesced", lambda case: _edit(case / "requester" / "g1" / "ledger.json",
                                               lambda d: d["restart"]["cleanup"]["close"].update(locally_drained=True))),

@@ -179,8 +179,9 @@ def check_cpu_excluded(case):
 
 @rule("cleanup.retained", "cleanup",
       "after the caller drops its handles the quarantine keeps the allocation (a weak owner is still alive) and the "
-      "QP (a real query answers for its QPN, and the verbs provider still holds it)",
-      witness=("runner",), needs=("ledgers",), applies=cleanup_mode, after=("cleanup.fault",))
+      "QP (a real query answers for its QPN, and the verbs provider still holds every QP the profile model "
+      "creates, before and after: none was destroyed)",
+      witness=("runner", "profile"), needs=("ledgers",), applies=cleanup_mode, after=("cleanup.fault",))
 def check_retained(case):
     record, where = _record(case)
     if record is None:
@@ -197,9 +198,13 @@ def check_retained(case):
     if query.get("qpn") != record.get("qpn") or query.get("state") not in LIVE_QP_STATES:
         problems.append((f"requester g1: the real query of QP {record.get('qpn')} gave {retained.get('qp_query')}: "
                          "the quarantined QP is gone", f"{where}.retained"))
-    if not isinstance(held.get("qp"), int) or held.get("qp") != held_before.get("qp"):
+    # The expectation is the profile model's (rails x lanes QPs, made in the healthy rounds and never destroyed),
+    # not the record's own "before".
+    bound = case.workload["qp_bound_per_peer_operation"]
+    if (held.get("qp"), held_before.get("qp")) != (bound, bound):
         problems.append((f"requester g1: the verbs provider holds {held.get('qp')!r} QP(s) after the handles were "
-                         f"dropped, {held_before.get('qp')!r} before the cleanup round", f"{where}.retained"))
+                         f"dropped, {held_before.get('qp')!r} before the cleanup round; the profile model creates "
+                         f"{bound}", f"{where}.retained"))
     return problems
 
 
