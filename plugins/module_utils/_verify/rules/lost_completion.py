@@ -118,14 +118,33 @@ def check_withheld(case):
     return problems
 
 
+def _withheld_per_qp(case):
+    """{nonfinal generation: {qpn (str): completions the cq_fault observer withheld on it}}, from the observer's
+    log alone: each requester process withholds one round's completions per nonfinal generation it serves,
+    in log order (the runner's word is the other witness)."""
+    per_round, found = case.workload["wrs_per_round"], {}
+    for started, served in _processes(case):
+        log = case.observer_logs.get(("requester", started, TOOL))
+        if log is None or not log.ok:
+            continue  # its receipt.* finding
+        qpns = log.column(WITHHELD, "qpn")
+        for index, generation in enumerate(g for g in served if lifecycle.ends_idle(case.profile, g)):
+            counts = {}
+            for qpn in qpns[index * per_round:(index + 1) * per_round]:
+                counts[str(qpn)] = counts.get(str(qpn), 0) + 1
+            found[generation] = counts
+    return found
+
+
 @rule("lost_completion.kill_point", "lost_completion",
       "at each nonfinal restart point the engine still owns the lost round: every batch Running with a timed-out "
       "wait and a busy free(), one WR of SQ debt per parent on the QPs that carried them, the source's grant of "
       "every parent held on both peers, one DMA loan per parent region; zero bytes reported while the verbs "
       "provider moved the round's payload; the restart points follow that state",
-      witness=("profile", "peer", "runner"), applies=lost_mode, after=("lost_completion.withheld",))
+      witness=("profile", "peer", "runner", "observer"), applies=lost_mode, after=("lost_completion.withheld",))
 def check_kill_point(case):
     problems = []
+    withheld = _withheld_per_qp(case)
     parents = list(range(case.profile["parents"]))
     payload, nbytes = case.profile["payload"], case.workload["bytes_per_round"]
     expected = _batches_expected(case)
@@ -146,13 +165,12 @@ def check_kill_point(case):
         if found != expected or busy or lost.get("round") != fault_round(case):
             problems.append((f"requester g{generation}: round {lost.get('round')}, batches {found} (expected "
                              f"{expected}); not Running with a timed-out wait and a busy free(): {busy}", rpath))
-        wrs = _lost_wrs(req)
-        debt = {}
-        for w in wrs:
-            debt[str(w.get("qpn"))] = debt.get(str(w.get("qpn")), 0) + 1
-        if (lost.get("sq_debt") or {}) != debt or sum(debt.values()) != len(parents):
-            problems.append((f"requester g{generation}: SQ debt {lost.get('sq_debt')}, the lost WRs per QP {debt} "
-                             f"({len(parents)} expected in all)", rpath))
+        # The debt per QP is what the observer withheld there (never the ledger's own WR list), one per parent;
+        # without its log (receipt.missing) the rest of the state below still decides.
+        debt = withheld.get(generation)
+        if debt is not None and ((lost.get("sq_debt") or {}) != debt or sum(debt.values()) != len(parents)):
+            problems.append((f"requester g{generation}: SQ debt {lost.get('sq_debt')}, the observer withheld per QP "
+                             f"{debt} ({len(parents)} expected in all)", rpath))
         if lost.get("grants_held") != parents or peer.get("grants_pending") != len(parents) \
                 or peer.get("grants_issued") != parents:
             problems.append((f"g{generation}: grants held by the requester {lost.get('grants_held')}, pending at the "
