@@ -44,6 +44,12 @@ def _record(case):
     return restart_section(case.ledger("requester", FAULT_GENERATION), "cleanup"), f"{path}#restart.cleanup"
 
 
+def _part(record, key):
+    """``record[key]`` when it is an object, else {} (a receipt part missing or of another type)."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _log(case):
     return case.observer_logs.get(("requester", FAULT_GENERATION, TOOL))
 
@@ -78,7 +84,7 @@ def check_fault(case):
     destroys = _destroys(log)
     if record is None:
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
-    batch = record.get("batch") if isinstance(record.get("batch"), dict) else {}
+    batch = _part(record, "batch")
     wanted = [(record.get("qpn"), batch.get("wr_id"))]
     if withheld != wanted:
         problems.append((f"requester g1: the observer withheld {withheld} (qpn, wr_id), the cleanup round's WR is "
@@ -89,8 +95,8 @@ def check_fault(case):
         problems.append((f"requester g1: the observer's first destroy is {first}, expected a qp destroy failed with "
                          f"EIO ({EIO}), injected, not a retry: the fault never reached the uverbs descriptor",
                          log.path))
-    close = record.get("close") if isinstance(record.get("close"), dict) else {}
-    destroy = close.get("destroy") if isinstance(close.get("destroy"), dict) else {}
+    close = _part(record, "close")
+    destroy = _part(close, "destroy")
     if (destroy.get("call"), destroy.get("errno")) != ("ibv_destroy_qp", "EIO"):
         problems.append((f"requester g1: the close recorded destroy {close.get('destroy')}, the observer failed "
                          "ibv_destroy_qp with EIO", f"{where}.close"))
@@ -106,9 +112,9 @@ def check_unquiesced(case):
     if record is None:
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
     problems = []
-    wait = record.get("wait") if isinstance(record.get("wait"), dict) else {}
-    close = record.get("close") if isinstance(record.get("close"), dict) else {}
-    batch = record.get("batch") if isinstance(record.get("batch"), dict) else {}
+    wait = _part(record, "wait")
+    close = _part(record, "close")
+    batch = _part(record, "batch")
     if wait.get("result") != "Timeout" or wait.get("completions"):
         problems.append((f"requester g1: the wait ended {wait.get('result')!r} with completions "
                          f"{wait.get('completions')}; the withheld completion must never arrive", f"{where}.wait"))
@@ -134,7 +140,7 @@ def check_repeated_close(case):
     if record is None:
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
     problems = []
-    again = record.get("repeated_close") if isinstance(record.get("repeated_close"), dict) else {}
+    again = _part(record, "repeated_close")
     if (again.get("result"), again.get("locally_drained"), again.get("destroy_called")) != ("Unquiesced", False,
                                                                                             False):
         problems.append((f"requester g1: the repeated close gave {again.get('result')!r}, locally_drained "
@@ -170,7 +176,7 @@ def check_cpu_excluded(case):
     record, where = _record(case)
     if record is None:
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
-    write = record.get("cpu_write") if isinstance(record.get("cpu_write"), dict) else {}
+    write = _part(record, "cpu_write")
     if (write.get("result"), write.get("bytes_written")) != ("Unquiesced", 0):
         return [(f"requester g1: a CPU write into the quarantined allocation gave {write}, expected Unquiesced with "
                  "0 bytes written", f"{where}.cpu_write")]
@@ -186,11 +192,11 @@ def check_retained(case):
     record, where = _record(case)
     if record is None:
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
-    retained = record.get("retained") if isinstance(record.get("retained"), dict) else {}
-    query = retained.get("qp_query") if isinstance(retained.get("qp_query"), dict) else {}
-    held = retained.get("provider_held") if isinstance(retained.get("provider_held"), dict) else {}
-    before = record.get("before") if isinstance(record.get("before"), dict) else {}
-    held_before = before.get("provider_held") if isinstance(before.get("provider_held"), dict) else {}
+    retained = _part(record, "retained")
+    query = _part(retained, "qp_query")
+    held = _part(retained, "provider_held")
+    before = _part(record, "before")
+    held_before = _part(before, "provider_held")
     problems = []
     if retained.get("weak_owner_alive") is not True:
         problems.append(("requester g1: the weak owner of the quarantined allocation died once the caller dropped "
@@ -219,7 +225,7 @@ def check_charges(case):
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
     want = _expected_charges(case)
     problems = []
-    retained = record.get("retained") if isinstance(record.get("retained"), dict) else {}
+    retained = _part(record, "retained")
     for label, found in (("after the failure", record.get("charges")), ("after the handles were dropped",
                                                                         retained.get("charges"))):
         charges = found if isinstance(found, dict) else {}
@@ -229,7 +235,7 @@ def check_charges(case):
     log = _log(case)
     if log is not None and log.ok:
         wrs = log.wrs()
-        batch = record.get("batch") if isinstance(record.get("batch"), dict) else {}
+        batch = _part(record, "batch")
         seen = [b for q, w, b in zip(wrs["qpn"], wrs["wr_id"], wrs["bytes"])
                 if (q, w) == (record.get("qpn"), batch.get("wr_id"))]
         if seen != [want["bytes"]]:
