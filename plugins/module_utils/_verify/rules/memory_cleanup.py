@@ -324,7 +324,8 @@ def check_replacement(case):
                                  f"{other.get('input_seed')!r}; fresh, never an old round's)", f"{where}.rounds"))
             public = _part(_part(rnd, "counters"), "public").get("bytes")
             if public != per_round:
-                problems.append((f"{label}: public bytes {public!r}, the profile model's {per_round}", f"{where}.rounds"))
+                problems.append((f"{label}: public bytes {public!r}, the profile model's {per_round}",
+                                 f"{where}.rounds"))
             if role == destination:
                 bad = [p.get("parent") for p in rnd.get("parents") or [] if not (
                     _part(p, "byte_check").get("ok") is True and _part(p, "guard_check").get("ok") is True)]
