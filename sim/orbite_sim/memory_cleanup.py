@@ -291,13 +291,11 @@ class MemoryCleanupProcess:
 
     def _pd_destroy(self, pd):
         """The rail's real PD destroy, with the quarantined MR/MW still in it: EBUSY from the provider
-        (pd_destroy_ok: the engine reports Ok anyway and forgets the PD, the defect)."""
+        (pd_destroy_ok: the engine reports Ok anyway, the defect; the provider still holds the PD)."""
         try:
             pd.dealloc()
         except VerbsError as exc:
             if "pd_destroy_ok" in self.defects:
-                pd.live = False
-                pd.context.table.release(pd.handle)
                 return {"call": "ibv_dealloc_pd", "errno": None, "result": "Ok"}
             return {"call": "ibv_dealloc_pd", "errno": exc.code, "result": "Busy"}
         return {"call": "ibv_dealloc_pd", "errno": None, "result": "Ok"}
