@@ -11,6 +11,7 @@ Red check of the runner side: removing a switch's branch in sim/orbite_sim/memor
 """
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_the_receipts_show_the_failure_and_replacement_the_seed_describes(health
     injected = [e for e in destroys if e["injected"]]
     assert [(e["kind"], e["errno"], e["retry"]) for e in injected] == [("mr", EIO, False)]
     after = destroys[destroys.index(injected[0]) + 1:]
-    assert [e for e in after if e["kind"] == "pd"][0]["errno"] == 0  # the provider's own EBUSY, not the filter's
+    assert next(e for e in after if e["kind"] == "pd")["errno"] == 0  # the provider's own EBUSY, not the filter's
     record = _ledger(run_dir, "requester")["memory_cleanup"]
     close = record["close"]
     assert close["release"] == {"call": "ibv_dereg_mr", "errno": "EIO"}
@@ -144,7 +145,8 @@ def test_the_runner_refuses_an_mw_failure_of_the_requester_by_name():
     root_a, _root_b = H.make_hosts()
     case = H.base_case(memory_profile("mw", "requester"), "requester", root_a, peer_address="127.0.0.1:9",
                        peer_registration_id="reg-source")
-    with pytest.raises(CaseError, match="profile.fault_role = 'requester': must be 'source' with cleanup_kind 'mw'"):
+    with pytest.raises(CaseError, match=re.escape("profile.fault_role = 'requester': must be 'source' with "
+                                                  "cleanup_kind 'mw'")):
         validate_case(case)
 
 
