@@ -329,15 +329,23 @@ def _validate_cleanup(p):
     if kind not in CLEANUP_KINDS:
         _fail("profile.cleanup_kind", kind, "the simulated runner implements " + ", ".join(CLEANUP_KINDS)
               + " (installed-cleanup-failure)")
-    rules = (("fault_role", p["fault_role"] == "requester", "must be 'requester'"),
-             ("generations", p["generations"] == 2, "must be 2"),
-             ("parents", p["parents"] == 1, "must be 1"),
-             ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
-             ("num_lanes", p["num_lanes"] == 1, "must be 1"),
-             ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
+    _apply_rules(p, (("fault_role", p["fault_role"] == "requester", "must be 'requester'"),
+                     ("generations", p["generations"] == 2, "must be 2"), *_one_slice_one_rail(p)), CLEANUP_MODE)
+
+
+def _one_slice_one_rail(p):
+    """The shape both cleanup modes share (DESIGN.md section 4): one parent, one slice, one lane, one rail."""
+    return (("parents", p["parents"] == 1, "must be 1"),
+            ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
+            ("num_lanes", p["num_lanes"] == 1, "must be 1"),
+            ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
+
+
+def _apply_rules(p, rules, mode):
+    """(field, ok, rule) triples: the first broken one is a CaseError naming field, value, rule and mode."""
     for field, ok, rule in rules:
         if not ok:
-            _fail(f"profile.{field}", p[field], f"{rule} (installed-cleanup-failure)")
+            _fail(f"profile.{field}", p.get(field), f"{rule} ({mode})")
 
 
 def _validate_memory(p):
@@ -347,15 +355,8 @@ def _validate_memory(p):
     if kind not in MEMORY_KINDS:
         _fail("profile.cleanup_kind", kind, "must be 'mr' or 'mw' (installed-memory-cleanup)")
     roles = FAULT_ROLES if kind == "mr" else ("source",)
-    rules = (("fault_role", p.get("fault_role") in roles, "must be " + " or ".join(map(repr, roles))
-              + f" with cleanup_kind {kind!r}"),
-             ("parents", p["parents"] == 1, "must be 1"),
-             ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
-             ("num_lanes", p["num_lanes"] == 1, "must be 1"),
-             ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
-    for field, ok, rule in rules:
-        if not ok:
-            _fail(f"profile.{field}", p.get(field), f"{rule} (installed-memory-cleanup)")
+    _apply_rules(p, (("fault_role", p.get("fault_role") in roles, "must be " + " or ".join(map(repr, roles))
+                      + f" with cleanup_kind {kind!r}"), *_one_slice_one_rail(p)), MEMORY_MODE)
 
 
 def _validate_rails(rails):

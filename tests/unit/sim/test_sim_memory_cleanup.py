@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.receipts import edit_json, edit_lines
 from helpers.sim_restart_pair import findings_by_code, mode_profile, run_restart_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
@@ -181,17 +182,6 @@ def test_the_memory_defect_table_covers_every_switch():
         assert f"| `{defect}` |" in doc, f"{defect} is not documented in docs/runner-contract.md section 7"
 
 
-def _edit(path, change):
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
-def _edit_log(path, change):
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in change(lines)))
-
-
 def _not_injected(events):
     for event in events:
         if event.get("ev") == "destroy":
@@ -202,14 +192,14 @@ def _not_injected(events):
 def _drop_fresh_round(case_dir):
     """A consistent defect: both fresh engines' last round gone alike (the peers still agree with each other)."""
     for role in ("source", "requester"):
-        _edit(case_dir / role / "g1" / "ledger.json",
+        edit_json(case_dir / role / "g1" / "ledger.json",
               lambda d: d["memory_cleanup"]["replacement"]["rounds"].pop())
 
 
 @pytest.mark.parametrize(("code", "mutate"), [
     # The observer never failed the release (a filter that did not see the descriptor): its log is the witness
     # against the runner's record of an EIO.
-    ("memory_cleanup.fault", lambda case: _edit_log(case / "requester" / "g1" / "observer-uverbs_fault.jsonl",
+    ("memory_cleanup.fault", lambda case: edit_lines(case / "requester" / "g1" / "observer-uverbs_fault.jsonl",
                                                     _not_injected)),
     ("memory_cleanup.replacement", _drop_fresh_round),
 ])

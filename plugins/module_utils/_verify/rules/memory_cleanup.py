@@ -159,6 +159,17 @@ def _retention_points(record):
             ("at process exit", _part(record, "at_exit")))
 
 
+def _charges_held(role, record, where, want, what):
+    """A problem for each retention point whose charges are not ``want`` (the profile model's)."""
+    problems = []
+    for label, point in _retention_points(record):
+        charges = _part(point, "charges")
+        if {k: charges.get(k) for k in want} != want:
+            problems.append((f"{role} g1: {what} {label} {charges or None}, expected {want} (the profile model's)",
+                             where))
+    return problems
+
+
 @rule("memory_cleanup.registration", "memory_cleanup",
       "the quarantined MR keeps its registration charge (one registration of the profile's backing) at the close, "
       "after the caller drops the old engine and at exit, and the provider's key domain still answers for the MR "
@@ -168,13 +179,8 @@ def check_registration(case):
     role = _fault(case)
     record, where = _section(case, role)
     backing = case.workload["backing_per_peer"]
-    want = {"registrations": 1, "registered_bytes": backing}
-    problems = []
-    for label, point in _retention_points(record):
-        charges = _part(point, "charges")
-        if {k: charges.get(k) for k in want} != want:
-            problems.append((f"{role} g1: registration charge {label} {charges or None}, expected {want} (the "
-                             "profile model's backing)", where))
+    problems = _charges_held(role, record, where, {"registrations": 1, "registered_bytes": backing},
+                             "registration charge")
     for label, point in _retention_points(record)[1:]:
         query = _part(point, "key_query")
         if (query.get("kind"), query.get("length")) != ("mr", backing):
@@ -193,11 +199,7 @@ def check_window(case):
     record, where = _section(case, role)
     backing = case.workload["backing_per_peer"]
     want = {"borrows": 1, "grants_pending": case.profile["parents"], "loan_bytes": backing, "windows": 1}
-    problems = []
-    for label, point in _retention_points(record):
-        charges = _part(point, "charges")
-        if {k: charges.get(k) for k in want} != want:
-            problems.append((f"{role} g1: window charges {label} {charges or None}, expected {want}", where))
+    problems = _charges_held(role, record, where, want, "window charges")
     for label, point in _retention_points(record)[1:]:
         query, parent = _part(point, "key_query"), _part(point, "parent_query")
         if (query.get("kind"), query.get("windows"), query.get("length")) != ("mw", 1, backing) or (
