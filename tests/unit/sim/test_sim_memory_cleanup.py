@@ -196,7 +196,34 @@ def _drop_fresh_round(case_dir):
               lambda d: d["memory_cleanup"]["replacement"]["rounds"].pop())
 
 
+def _one_mr_fewer_held(case_dir):
+    """A consistent defect: the provider's MR count lowered alike at every point it was read (the quarantined MR
+    gone, the record self-consistent); the profile model's quarantine is the expectation."""
+    def change(ledger):
+        record = ledger["memory_cleanup"]
+        for point in (record["close"], record["retained"], record["at_exit"]):
+            point["provider_held"]["mr"] -= 1
+    edit_json(case_dir / "requester" / "g1" / "ledger.json", change)
+
+
+def _refused_to_arm(events):
+    """The log of an observer that refused to arm: its reason, no injected destroy."""
+    kept = [e for e in events if not (e.get("ev") == "destroy" and e.get("injected"))]
+    return [kept[0], {"ev": "not_armed", "reason": "RDMAV_ALLOW_DISASSOC_DESTROY is set"}, *kept[1:]]
+
+
+def test_an_observer_that_refused_to_arm_is_named(healthy, tmp_path):
+    run_dir = tmp_path / "mc-refused"
+    shutil.copytree(healthy["mr-requester"], run_dir)
+    edit_lines(_log_path(run_dir, "requester"), _refused_to_arm)
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["memory_cleanup.fault"], verdict["failed_codes"]
+    message = findings_by_code(verdict)["memory_cleanup.fault"]["message"]
+    assert "refused to arm (RDMAV_ALLOW_DISASSOC_DESTROY is set)" in message
+
+
 @pytest.mark.parametrize(("code", "mutate"), [
+    ("memory_cleanup.until_exit", _one_mr_fewer_held),
     # The observer never failed the release (a filter that did not see the descriptor): its log is the witness
     # against the runner's record of an EIO.
     ("memory_cleanup.fault", lambda case: edit_lines(case / "requester" / "g1" / "observer-uverbs_fault.jsonl",
