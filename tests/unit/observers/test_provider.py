@@ -252,7 +252,8 @@ _CTYPES_SMOKE = textwrap.dedent(
     assert lib.ibv_dereg_mr(mr) == 0
     key_released = query(m.lkey)
     assert lib.ibv_dealloc_pd(pd) == 0 and lib.ibv_close_device(ctx) == 0
-    print(json.dumps({"key_live": key_live, "key_released": key_released, "names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
+    print(json.dumps({"key_live": key_live, "key_released": key_released,
+                      "names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
                       "length": m.length, "addr_ok": m.addr == ctypes.addressof(buf),
                       "held_during": during, "held_after": held(), "bad": bad, "bad_errno": bad_errno}))
     """
