@@ -230,7 +230,7 @@ class MemoryCleanupProcess:
             eng.doc["errors"].append(error.as_dict())
         record["result"] = "Unquiesced" if quarantined else "Ok"
         record["repeated_close"] = self._repeated_close(target, release, kind)
-        keep = {target} | ({parent} if parent is not None else set())
+        keep = {target} | ({parent} if parent is not None and quarantined else set())  # a window's borrow
         for mr in entry["mrs"].values():
             if mr not in keep and mr.live:
                 mr.dereg()
@@ -254,6 +254,14 @@ class MemoryCleanupProcess:
         else:
             entry["ctx"].close()
             record["context_kept"] = False
+        record["charges"] = None
+        record["provider_held"] = self.provider.held()
+        record["at"] = time.time()
+        eng._render_contexts()
+        self.record["close"] = record
+        if not quarantined:  # the release succeeded (no fault injected): nothing is kept
+            eng.checkpoint()
+            return
         q = self.quarantine = Quarantine(eng.table)
         q.objects = [o for o in (target, parent, entry["pd"], entry["ctx"]) if o is not None and o.live]
         q.context = entry["ctx"]
@@ -262,10 +270,6 @@ class MemoryCleanupProcess:
         q.parent_key = parent.lkey if parent is not None else None
         q.charges = self._charges(eng, target, parent)
         record["charges"] = dict(q.charges)
-        record["provider_held"] = self.provider.held()
-        record["at"] = time.time()
-        eng._render_contexts()
-        self.record["close"] = record
         self._weak = weakref.ref(q.allocation)
         if "free_quarantine_early" in self.defects:  # the defect: the quarantine lets go before the process exits
             q.drop()
@@ -305,10 +309,10 @@ class MemoryCleanupProcess:
         mw: the parent MR borrow, the grant, the DMA loan, the window quota. release_registration and
         release_window: the engine lets the charges go (the defects)."""
         if target.kind == "mr":
-            if "release_registration" in self.defects or not target.live:
+            if "release_registration" in self.defects:
                 return {"registrations": 0, "registered_bytes": 0}
             return {"registrations": 1, "registered_bytes": target.length}
-        if "release_window" in self.defects or not target.live:
+        if "release_window" in self.defects:
             return {"borrows": 0, "grants_pending": 0, "loan_bytes": 0, "windows": 0}
         return {"borrows": 1 if parent.live else 0, "grants_pending": len(eng.window["grant"]),
                 "loan_bytes": eng.window["length"], "windows": 1}
