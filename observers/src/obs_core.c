@@ -904,7 +904,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 
 	if (!bad_wr)
 		bad_wr = &bad_local;
-	ret = orig(qp, wr, bad_wr);
+	ret = obs_tool.post ? obs_tool.post(orig, qp, wr, bad_wr) : orig(qp, wr, bad_wr);
 
 	pthread_mutex_lock(&ledger);
 	/* Only the WRs before bad_wr were accepted when the post failed. */
@@ -1034,6 +1034,8 @@ static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 				}
 			}
 		}
+		if (obs_tool.completed)
+			obs_tool.completed(ctx, cq, c);
 		log_completion(ctx, cq, c, drop);
 		if (e) {
 			if (c->status == IBV_WC_SUCCESS)
