@@ -27,7 +27,7 @@ RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE)
 CLEANUP_KINDS = ("qp",)
 FAULT_ROLES = ("source", "requester")
 RESTART_GENERATIONS = (2, 3)
-OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
+OBSERVERS = ("accounting", "cq_fault", "uverbs_fault", "inflight_fault")
 DEFECTS = (
     "corrupt_byte",
     "overwrite_guard",
