@@ -471,10 +471,11 @@ class Engine:
 
     # ------------------------------------------------------------------ lost completions (docs/lost_completion.md)
 
-    def recover_lost(self, qps, drain):
+    def recover_lost(self, qps, drain, when="restart"):
         """The survivor after its peer died while completions were lost: every affected QP is destroyed first,
         each destroy a receipt (result and time), and only then ``drain()`` releases what the engine still owns
-        (SQ debt, loans, grants) and returns its receipt. drain_before_destroy: the drain comes first."""
+        (SQ debt, loans, grants) and returns its receipt; ``when``: the QP records' destroyed_round.
+        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first."""
         steps = []
 
         def destroy_all():
@@ -482,7 +483,7 @@ class Engine:
                 if not qp.live:
                     continue
                 try:
-                    self.destroy_qp(qp, "restart")
+                    self.destroy_qp(qp, when)
                     result = "Ok"
                 except VerbsError as exc:
                     result = f"Failed: {exc}"

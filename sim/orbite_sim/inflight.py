@@ -109,7 +109,7 @@ def fault_round(eng):
                                                     "loans": 0}, "locally_drained": locally_drained}
 
     # The interrupted QP is destroyed (a receipt) before the drain receipt (inflight_drain_first: after it).
-    recovery = eng.recover_lost([qp], release)
+    recovery = eng.recover_lost([qp], release, FAULT_ROUND)
     batch["free"] = eng.free(batch, round_no, [wr])
     public = eng.new_public()
     if reported:
