@@ -30,9 +30,9 @@ MIB = 1 << 20
 
 BASE = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu",
         "transport": "rdma", "operation": "read", "rdma_events": False}
-# Rule groups only the restart-roles fault modes apply; their own tests run them (tests/unit/sim/
-# test_sim_restart.py, test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py).
-FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup")
+# Rule groups only the fault modes apply; their own tests run them (tests/unit/sim/test_sim_restart.py,
+# test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py, test_sim_inflight_dma.py).
+FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup", "inflight_dma")
 
 RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, payload=4194305, block=MIB,
                        num_lanes=1, mask=3, generations=1)
