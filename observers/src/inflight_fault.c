@@ -85,21 +85,6 @@ static long long mono_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int is_payload(enum ibv_wr_opcode op)
-{
-	return op == IBV_WR_RDMA_READ || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
-
-static uint64_t wr_len(const struct ibv_send_wr *w)
-{
-	uint64_t n = 0;
-	int i;
-
-	for (i = 0; i < w->num_sge; i++)
-		n += w->sg_list[i].length;
-	return n;
-}
-
 static int qp_state(struct ibv_qp *qp)
 {
 	query_qp_fn q = (query_qp_fn)obs_real("ibv_query_qp");
@@ -145,7 +130,7 @@ static int interrupt(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr
 	long long stalls0, landed0 = -1, landed = -1, end;
 	int ret, mret = -1, stalled = 0, st_before, st_after, p_before, p_after;
 	struct ibv_qp_attr attr;
-	uint64_t len = wr_len(w);
+	uint64_t len = obs_wr_bytes(w);
 
 	if (!stall || !counter || !modify) {
 		refuse("the verbs provider has no stall hook (orbite_provider_qp_stall): nothing interrupted");
@@ -196,7 +181,7 @@ static int interrupt(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr
 		",\"state_before\":%d,\"state_after\":%d,\"port_state_before\":%d"
 		",\"port_state_after\":%d,\"post_ret\":%d}",
 		(void *)qp->context, (void *)qp->send_cq, qp->qp_num, w->wr_id,
-		sel.read ? "RDMA_READ" : "RDMA_WRITE", len, stall_bytes, stalled, landed, mret,
+		obs_payload_opcode(w->opcode), len, stall_bytes, stalled, landed, mret,
 		st_before, st_after, p_before, p_after, ret);
 	return ret;
 }
@@ -210,7 +195,7 @@ static int inflight_post(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr
 		return orig(qp, wr, bad_wr);
 	pthread_mutex_lock(&flock);
 	for (w = wr; w; w = w->next) {
-		if (!is_payload(w->opcode))
+		if (!obs_payload_opcode(w->opcode))
 			continue;
 		if (seen++ == skip && !sel.posted)
 			hit = w;
@@ -219,7 +204,7 @@ static int inflight_post(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr
 	/* The provider's stall hook applies to the next payload WR of the QP:
 	 * only the first payload WR of a post can be the interrupted one. */
 	if (hit) {
-		for (w = wr; w && !is_payload(w->opcode); w = w->next)
+		for (w = wr; w && !obs_payload_opcode(w->opcode); w = w->next)
 			;
 		if (w != hit) {
 			refuse("the selected WR is not the first payload WR of its post: nothing interrupted");

@@ -64,6 +64,11 @@ void *obs_real(const char *name);
 int obs_env_long(const char *name, long dflt, long min, long max, long *out);
 /* Message on stderr, prefixed with the tool name. */
 void obs_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "RDMA_READ" or "RDMA_WRITE" for a payload WR's opcode (WRITE_WITH_IMM is a
+ * WRITE), NULL for any other work. */
+const char *obs_payload_opcode(enum ibv_wr_opcode op);
+/* The bytes a WR's scatter list names. */
+uint64_t obs_wr_bytes(const struct ibv_send_wr *wr);
 /* Copy the device name of an observed context into buf; 0 when unknown. */
 int obs_context_dev(struct ibv_context *ctx, char *buf, size_t len);
 

@@ -71,6 +71,13 @@ def _fault(log):
     return found[0], None
 
 
+def _logged_fault(case):
+    """(the usable observer log, its one inflight_fault event) or (log or None, None)."""
+    log = _log(case)
+    fault = _fault(log)[0] if log is not None else None
+    return log, fault
+
+
 def _stall(case):
     return model.inflight_stall_bytes(case.profile["payload"])
 
@@ -124,12 +131,9 @@ def check_fault(case):
       "the copy reached its stall point; no port or device changed (the port ACTIVE before and after)",
       witness=("observer",), needs=_OBS, applies=inflight_mode, after=("inflight_dma.fault",))
 def check_qp_error(case):
-    log = _log(case)
-    if log is None:
-        return []
-    fault, problem = _fault(log)
-    if problem:
-        return []  # inflight_dma.fault's
+    log, fault = _logged_fault(case)
+    if fault is None:
+        return []  # inflight_dma.fault's, or its receipt.* finding
     want = {"stalled": 1, "modify_qp": 0, "state_before": QPS_RTS, "state_after": QPS_ERR,
             "port_state_before": PORT_ACTIVE, "port_state_after": PORT_ACTIVE}
     got = {k: fault.get(k) for k in want}
@@ -144,11 +148,8 @@ def check_qp_error(case):
       "it by CQ, QPN and WR ID; the runner records that status (no success nobody delivered)",
       witness=("observer",), needs=_OBS, applies=inflight_mode, after=("inflight_dma.fault",))
 def check_error_cqe(case):
-    log = _log(case)
-    if log is None:
-        return []
-    fault, problem = _fault(log)
-    if problem:
+    log, fault = _logged_fault(case)
+    if fault is None:
         return []
     problems = []
     key = (fault.get("ctx"), fault.get("cq"), fault.get("qpn"), fault.get("wr_id"))
@@ -281,12 +282,11 @@ def check_destination(case):
     if landed != stall:
         problems.append((f"the provider counted {landed!r} bytes landed at the {role}, the stall point is {stall}",
                          f"{where}.device"))
-    log = _log(case)
-    if log is not None and case.profile["operation"] == "read":
-        fault, problem = _fault(log)
+    log, fault = _logged_fault(case)
+    if fault is not None and case.profile["operation"] == "read":
         cqes = _events(log, "inflight_cqe")
-        seen = (fault or {}).get("landed_local"), [e.get("dest_sha256") for e in cqes]
-        if not problem and seen != (stall, [expected.hexdigest()]):
+        seen = fault.get("landed_local"), [e.get("dest_sha256") for e in cqes]
+        if seen != (stall, [expected.hexdigest()]):
             problems.append((f"the observer saw {seen[0]!r} bytes land and hashed the destination {seen[1]} at the "
                              f"error completion; expected {stall} and {expected.hexdigest()[:16]}...", log.path))
     return problems
