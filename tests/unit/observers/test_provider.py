@@ -8,6 +8,7 @@ scenario and checks every byte itself.  The observers preloaded here are the rea
 and ephemeral ports only: no fixed port, so nothing collides with a simulated lab.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -610,6 +611,17 @@ def test_cq_fault_withholds_completions_the_provider_really_delivered(build, hos
     assert not withheld & {(c["qpn"], c["wr_id"]) for c in pair.ops("cqe")}
 
 
+def _driver_pattern(seed, length):
+    """prov_common.h pattern(seed, i) for i < length: the driver's seeded content."""
+    mask, mixed = (1 << 64) - 1, (seed << 32) | seed
+    out = bytearray(length)
+    for i in range(length):
+        x = (((i + 1) * 0x9E3779B97F4A7C15) & mask) ^ mixed
+        x ^= x >> 29
+        out[i] = ((x * 0xBF58476D1CE4E5B9) & mask) >> 56
+    return bytes(out)
+
+
 @pytest.mark.parametrize("opcode", ["RDMA_READ", "RDMA_WRITE"])
 def test_inflight_fault_stops_the_selected_wr_part_way_with_modify_qp(build, hosts, tmp_path, opcode):
     stall = (1 << 20) + 4099
@@ -633,7 +645,8 @@ def test_inflight_fault_stops_the_selected_wr_part_way_with_modify_qp(build, hos
     assert (cqe["status"], cqe["status_name"]) == (WR_FLUSH_ERR, "Work Request Flushed Error")
     assert [c["status"] for c in pair.events("cqe") if c["wr_id"] == 93] == [WR_FLUSH_ERR]
     if opcode == "RDMA_READ":  # the local destination at the error CQE: the landed prefix, the rest sentinel
-        assert cqe["dest_sha256"] is not None and len(cqe["dest_sha256"]) == 64
+        want = _driver_pattern(83, stall) + bytes([0x5A]) * ((4 << 20) - stall)  # prov_driver.c: seed 83, SENT_C
+        assert cqe["dest_sha256"] == hashlib.sha256(want).hexdigest()
     else:
         assert cqe["dest_sha256"] is None
     (destroy,) = pair.events("inflight_destroy")
