@@ -21,7 +21,7 @@ import sys
 import time
 
 from . import content, sysfs
-from .case import CLEANUP_MODE, INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
+from .case import CLEANUP_MODE, INFLIGHT_MODE, INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, wr_columns, write_json_atomic
 from .progress import report as report_progress
@@ -166,6 +166,8 @@ class Engine:
         self.interruption = self.profile["mode"] == INTERRUPTION_MODE
         self.lost_mode = self.profile["mode"] == LOST_MODE
         self.cleanup = self.profile["mode"] == CLEANUP_MODE
+        self.inflight = self.profile["mode"] == INFLIGHT_MODE
+        self.survival_rounds = None  # installed-inflight-dma: where the rounds after the fault are recorded
         self.survivor = case.get("survivor", False)
         # installed-memory-cleanup (memory_cleanup.py): a fresh engine replacing one in the same process, and the
         # source's data MRs open to memory-window binds.
@@ -191,6 +193,8 @@ class Engine:
         self.rounds_failed_checks = False
         self.doc["epoch"] = self.epoch
         self.doc["restart"] = self.restart_record() if self.restart else None
+        if self.inflight:
+            self.doc["inflight"] = {"round": ROUNDS + 1, "survival": []}  # filled by inflight.py
         self.doc["verbs_library"] = provider.record()
         self.doc["workload"] = {
             "parents": self.parents,
@@ -435,7 +439,7 @@ class Engine:
             "device": self.device_counters(rnd.device_before),
             "errors": [],
         }
-        self.doc["rounds"].append(record)
+        (self.doc["rounds"] if self.survival_rounds is None else self.survival_rounds).append(record)
         return record
 
     def native_snapshot(self):
@@ -471,10 +475,11 @@ class Engine:
 
     # ------------------------------------------------------------------ lost completions (docs/lost_completion.md)
 
-    def recover_lost(self, qps, drain):
+    def recover_lost(self, qps, drain, when="restart"):
         """The survivor after its peer died while completions were lost: every affected QP is destroyed first,
         each destroy a receipt (result and time), and only then ``drain()`` releases what the engine still owns
-        (SQ debt, loans, grants) and returns its receipt. drain_before_destroy: the drain comes first."""
+        (SQ debt, loans, grants) and returns its receipt; ``when``: the QP records' destroyed_round.
+        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first."""
         steps = []
 
         def destroy_all():
@@ -482,7 +487,7 @@ class Engine:
                 if not qp.live:
                     continue
                 try:
-                    self.destroy_qp(qp, "restart")
+                    self.destroy_qp(qp, when)
                     result = "Ok"
                 except VerbsError as exc:
                     result = f"Failed: {exc}"
@@ -495,8 +500,8 @@ class Engine:
             record.update(step=len(steps), at=time.time(), action="drain", provider_qps=self.provider.held()["qp"])
             steps.append(record)
 
-        for action in ((drain_all, destroy_all) if "drain_before_destroy" in self.defects
-                       else (destroy_all, drain_all)):
+        drain_first = "drain_before_destroy" in self.defects or "inflight_drain_first" in self.defects
+        for action in ((drain_all, destroy_all) if drain_first else (destroy_all, drain_all)):
             action()
         self.forget_qps()
         return {"affected_qps": sorted(qp.qpn for qp in qps), "steps": steps}

@@ -15,7 +15,7 @@ import select
 import time
 import weakref
 
-from . import wire
+from . import inflight, wire
 from .case import parse_address
 from .content import RoundInput, region_offset
 from .engine import (
@@ -89,6 +89,8 @@ class RequesterEngine(Engine):
             for round_no in range(1, ROUNDS + 1):
                 self.run_round(round_no)
                 self.checkpoint()
+            if self.inflight:
+                inflight.run_requester(self)
             if not self.restart or self.generation >= self.generations:
                 break
             if self.interruption:

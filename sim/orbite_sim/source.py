@@ -12,7 +12,7 @@ requester's one-sided operations are served by the verbs provider straight from/
 import os
 import time
 
-from . import content, wire
+from . import content, inflight, wire
 from .case import format_address, parse_address
 from .engine import (
     BIND_WR_ID,
@@ -128,6 +128,11 @@ class SourceEngine(Engine):
                 self.grant_cleanup_round(msg)
             elif kind == "ROUND_BEGIN":
                 self.begin_round(msg, rnd)
+            elif kind == "ROUND_DONE" and self.inflight and self.round_no == inflight.FAULT_ROUND:
+                inflight.finish_source_fault_round(self, msg, rnd)
+                rnd = Round(self.round_no + 1)
+                self.mark_counters(rnd)
+                self.checkpoint()
             elif kind == "ROUND_DONE":
                 self.finish_round(msg, rnd)
                 rnd = Round(self.round_no + 1)

@@ -39,6 +39,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     lost_completion,
     cleanup,
     memory_cleanup,
+    inflight_dma,
 )
 
 RULES = REGISTRY.rules()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES, part
 
 MODE = "installed-memory-cleanup"
 TOOL = "uverbs_fault"
@@ -45,16 +45,10 @@ def mw_kind(profile, _workload):
     return memory_mode(profile, _workload) and profile.get("cleanup_kind") == "mw"
 
 
-def _part(record, key):
-    """``record[key]`` when it is an object, else {} (a receipt part missing or of another type)."""
-    value = record.get(key) if isinstance(record, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
 def _section(case, role):
     """(the role's ``memory_cleanup`` section, its evidence path)."""
     path = case.ledger_path(role, GENERATION)
-    return _part(case.ledger(role, GENERATION), "memory_cleanup"), f"{path}#memory_cleanup"
+    return part(case.ledger(role, GENERATION), "memory_cleanup"), f"{path}#memory_cleanup"
 
 
 def _fault(case):
@@ -102,8 +96,8 @@ def check_fault(case):
     problems = []
     destroys = _destroys(log)
     first = next((e for e in destroys if e.get("kind") == kind), None)
-    close = _part(record, "close")
-    obj = _part(close, "object")
+    close = part(record, "close")
+    obj = part(close, "object")
     handle = str((first or {}).get("handle", ""))
     if first is None or (first.get("errno"), first.get("injected"), first.get("retry")) != (EIO, True, False) \
             or handle.rpartition(":")[2] != str(obj.get("uverbs_handle")):
@@ -113,7 +107,7 @@ def check_fault(case):
     others = [e for e in _injected(destroys) if e is not first and not e.get("retry")]  # a retry: no_retry's
     if others:
         problems.append((f"{role} g1: the observer failed other destroys too: {others[:3]}", log.path))
-    release = _part(close, "release")
+    release = part(close, "release")
     if (release.get("call"), release.get("errno")) != (RELEASE_CALLS[kind], "EIO") or close.get("result") != \
             "Unquiesced":
         problems.append((f"{role} g1: the old engine's close recorded {close.get('release')} with result "
@@ -135,7 +129,7 @@ def check_fault(case):
 def check_no_retry(case):
     role = _fault(case)
     record, where = _section(case, role)
-    again = _part(_part(record, "close"), "repeated_close")
+    again = part(part(record, "close"), "repeated_close")
     problems = []
     if (again.get("result"), again.get("release_called")) != ("Unquiesced", False):
         problems.append((f"{role} g1: the repeated close gave {again.get('result')!r}, release called "
@@ -154,16 +148,16 @@ def check_no_retry(case):
 
 def _retention_points(record):
     """The three points the quarantine is looked at: the close, after the caller dropped the old engine, at exit."""
-    close = _part(record, "close")
-    return (("at the close", close), ("after the handles were dropped", _part(record, "retained")),
-            ("at process exit", _part(record, "at_exit")))
+    close = part(record, "close")
+    return (("at the close", close), ("after the handles were dropped", part(record, "retained")),
+            ("at process exit", part(record, "at_exit")))
 
 
 def _charges_held(role, record, where, want, what):
     """A problem for each retention point whose charges are not ``want`` (the profile model's)."""
     problems = []
     for label, point in _retention_points(record):
-        charges = _part(point, "charges")
+        charges = part(point, "charges")
         if {k: charges.get(k) for k in want} != want:
             problems.append((f"{role} g1: {what} {label} {charges or None}, expected {want} (the profile model's)",
                              where))
@@ -182,7 +176,7 @@ def check_registration(case):
     problems = _charges_held(role, record, where, {"registrations": 1, "registered_bytes": backing},
                              "registration charge")
     for label, point in _retention_points(record)[1:]:
-        query = _part(point, "key_query")
+        query = part(point, "key_query")
         if (query.get("kind"), query.get("length")) != ("mr", backing):
             problems.append((f"{role} g1: the provider's key query {label} gave {point.get('key_query')}, expected "
                              f"a live MR of {backing} B", where))
@@ -201,7 +195,7 @@ def check_window(case):
     want = {"borrows": 1, "grants_pending": case.profile["parents"], "loan_bytes": backing, "windows": 1}
     problems = _charges_held(role, record, where, want, "window charges")
     for label, point in _retention_points(record)[1:]:
-        query, parent = _part(point, "key_query"), _part(point, "parent_query")
+        query, parent = part(point, "key_query"), part(point, "parent_query")
         if (query.get("kind"), query.get("windows"), query.get("length")) != ("mw", 1, backing) or (
                 parent.get("kind"), parent.get("windows")) != ("mr", 1):
             problems.append((f"{role} g1: the provider's key domain {label}: window {point.get('key_query')}, parent "
@@ -218,13 +212,13 @@ def check_window(case):
 def check_pd_busy(case):
     role = _fault(case)
     record, where = _section(case, role)
-    close = _part(record, "close")
-    pd = _part(close, "pd_destroy")
+    close = part(record, "close")
+    pd = part(close, "pd_destroy")
     problems = []
     if (pd.get("call"), pd.get("errno")) != ("ibv_dealloc_pd", "EBUSY"):
         problems.append((f"{role} g1: the PD destroy recorded {close.get('pd_destroy')}, expected ibv_dealloc_pd "
                          "failing EBUSY (the PD still has the quarantined object)", f"{where}.close"))
-    held = _part(close, "provider_held").get("pd")
+    held = part(close, "provider_held").get("pd")
     if held != 1:
         problems.append((f"{role} g1: the verbs provider holds {held!r} PD(s) after the old engine's close; the "
                          "quarantined object's PD must stay (1)", f"{where}.close"))
@@ -254,11 +248,11 @@ def check_until_exit(case):
         if point.get("weak_owner_alive") is not True:
             problems.append((f"{role} g1: the weak owner of the quarantined allocation is dead {label}: the backing "
                              "was released before process exit", where))
-        held = _part(point, "provider_held")
+        held = part(point, "provider_held")
         if {k: held.get(k) for k in want} != want:
             problems.append((f"{role} g1: the verbs provider holds {held or None} {label}, expected {want} (the "
                              "profile model's quarantine)", where))
-    teardown = _part(_part(record, "replacement"), "teardown")
+    teardown = part(part(record, "replacement"), "teardown")
     if (teardown.get("retained_owners"), teardown.get("errors")) != (0, []):
         problems.append((f"{role} g1: the fresh engine's teardown retained {teardown.get('retained_owners')!r} "
                          f"owner(s), errors {teardown.get('errors')!r}", f"{where}.replacement.teardown"))
@@ -274,9 +268,9 @@ def check_old_epochs(case):
     for role in ROLES:
         peer = "requester" if role == "source" else "source"
         record, where = _section(case, role)
-        fresh = _part(record, "replacement")
+        fresh = part(record, "replacement")
         old_peer_epoch = case.ledger(peer, GENERATION).get("epoch")
-        probes = [p for p in (_part(fresh, "restart").get("stale_probes") or []) if isinstance(p, dict)]
+        probes = [p for p in (part(fresh, "restart").get("stale_probes") or []) if isinstance(p, dict)]
         shown = {(p.get("operation"), p.get("peer_epoch")): p for p in probes}
         for operation in PROBED:
             probe = shown.get((operation, old_peer_epoch), {})
@@ -288,7 +282,7 @@ def check_old_epochs(case):
         if fresh.get("epoch") in (None, record.get("old_epoch"), case.ledger(role, GENERATION).get("epoch")):
             problems.append((f"{role}: the fresh engine's epoch {fresh.get('epoch')!r} is not new (old "
                              f"{record.get('old_epoch')!r})", f"{where}.replacement.epoch"))
-    source = _part(_section(case, "source")[0], "replacement")
+    source = part(_section(case, "source")[0], "replacement")
     if source.get("service_address") != case.ledger("source", GENERATION).get("service_address"):
         problems.append((f"source: the fresh engine served {source.get('service_address')!r}, the old one "
                          f"{case.ledger('source', GENERATION).get('service_address')!r} (the same address)",
@@ -303,7 +297,7 @@ def check_old_epochs(case):
       witness=("profile", "peer"), needs=("ledgers",), applies=memory_mode)
 def check_replacement(case):
     problems = []
-    fresh = {role: _part(_section(case, role)[0], "replacement") for role in ROLES}
+    fresh = {role: part(_section(case, role)[0], "replacement") for role in ROLES}
     per_round = case.workload["bytes_per_round"]
     old_seeds = {r.get("input_seed") for role in ROLES for r in case.ledger(role, GENERATION)["rounds"]}
     destination = "requester" if case.profile["operation"] == "read" else "source"
@@ -324,17 +318,17 @@ def check_replacement(case):
                 problems.append((f"{label}: peer epoch {rnd.get('peer_epoch')!r} (the peer's fresh engine is "
                                  f"{fresh[peer].get('epoch')!r}), seed {rnd.get('input_seed')!r} (peer "
                                  f"{other.get('input_seed')!r}; fresh, never an old round's)", f"{where}.rounds"))
-            public = _part(_part(rnd, "counters"), "public").get("bytes")
+            public = part(part(rnd, "counters"), "public").get("bytes")
             if public != per_round:
                 problems.append((f"{label}: public bytes {public!r}, the profile model's {per_round}",
                                  f"{where}.rounds"))
             if role == destination:
                 bad = [p.get("parent") for p in rnd.get("parents") or [] if not (
-                    _part(p, "byte_check").get("ok") is True and _part(p, "guard_check").get("ok") is True)]
+                    part(p, "byte_check").get("ok") is True and part(p, "guard_check").get("ok") is True)]
                 if bad or len(rnd.get("parents") or []) != case.profile["parents"]:
                     problems.append((f"{label}: parents {bad} failed their byte or guard check (destination side)",
                                      f"{where}.rounds"))
-        teardown = _part(fresh[role], "teardown")
+        teardown = part(fresh[role], "teardown")
         if teardown.get("retained_owners") != 0 or teardown.get("drained") is not True:
             problems.append((f"{role}: the fresh engine's teardown {teardown or None} (expected drained, 0 retained)",
                              f"{where}.teardown"))
