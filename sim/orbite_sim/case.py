@@ -23,8 +23,8 @@ LOST_MODE = "installed-lost-completion"
 # installed-cleanup-failure (docs/cleanup_failure.md) runs them with a native destroy failed before the kill.
 CLEANUP_MODE = "installed-cleanup-failure"
 RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE)
-# The cleanup kinds this runner implements (the profile model knows cq, channel and pd too).
-CLEANUP_KINDS = ("qp",)
+# The cleanup kinds this runner implements: qp (requester.py), cq, channel and pd (cleanup_kinds.py).
+CLEANUP_KINDS = ("qp", "cq", "channel", "pd")
 FAULT_ROLES = ("source", "requester")
 RESTART_GENERATIONS = (2, 3)
 OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
@@ -79,6 +79,8 @@ CLEANUP_DEFECTS = (
     "cpu_write_ok",
     "release_quarantined",
     "drop_charges",
+    "keep_released",
+    "premature_device_close",
 )
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
@@ -318,7 +320,9 @@ def _validate_cleanup(p):
              ("parents", p["parents"] == 1, "must be 1"),
              ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
              ("num_lanes", p["num_lanes"] == 1, "must be 1"),
-             ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
+             ("mask", p["mask"] in (1, 2), "must be 1 or 2"),
+             ("rdma_events", kind != "channel" or p["rdma_events"] is True,
+              "must be true when cleanup_kind is channel (channel failure needs event progress)"))
     for field, ok, rule in rules:
         if not ok:
             _fail(f"profile.{field}", p[field], f"{rule} (installed-cleanup-failure)")
