@@ -85,14 +85,16 @@ CLEANUP_WITHHELD_KINDS = ("qp", "cq", "channel")
 # Seed 000, "CQ, completion-channel and PD dependency failures": per kind, the object whose destroy fails EBUSY,
 # the dependent object the fixture keeps that blocks it, and which owners must stay retained / be released
 # after the fixture drops its handles (provider object kinds; "allocation" is the batch's backing, "grant" the
-# survivor's unresolved grant, "sq"/"batch" the quarantined batch's charges).
+# survivor's grant, "sq"/"batch" the quarantined batch's charges). "released" also names what the engine's own
+# quiesce releases on the fault rail: the batch's QP (cq), its QP and engine CQ (channel), every QP, MR, CQ and
+# channel of the rail (pd: "PD and device only").
 CLEANUP_OWNERS = {
-    "cq": {"destroy": "cq", "blocker": "qp", "retained": ("cq", "pd", "grant", "sq", "batch", "allocation"),
-           "released": ()},
-    "channel": {"destroy": "channel", "blocker": "cq", "retained": ("channel", "ctx", "grant", "allocation"),
+    "cq": {"destroy": "cq", "blocker": "qp", "retained": ("cq", "pd", "ctx", "grant", "sq", "batch", "allocation"),
+           "released": ("qp",)},
+    "channel": {"destroy": "channel", "blocker": "cq", "retained": ("channel", "ctx", "pd", "grant", "allocation"),
                 "released": ("qp", "cq")},
     "pd": {"destroy": "pd", "blocker": "mw", "retained": ("pd", "ctx"),
-           "released": ("mr", "grant", "batch", "allocation")},
+           "released": ("qp", "mr", "cq", "channel", "grant", "batch", "allocation")},
 }
 
 # Which native observer each mode loads, and into which role's runner.

@@ -297,6 +297,7 @@ _OBS_LINE = {
     "data": {"qpn": INT, "wr_id": INT, "sge": INT, "off": INT, "len": INT, "mr_len": INT, "flags": INT},
     "destroy": {"kind": STR, "errno": INT, "injected": BOOL, "retry": BOOL},
     "not_armed": {"reason": STR},  # uverbs_fault: why it refused to arm (docs/observers.md)
+    "context_close": {"dev": STR},  # uverbs_fault: an observed context was closed (docs/cleanup_failure.md)
     "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
 }
 _OBS_FAST = {kind: _fast_check(shape) for kind, shape in _OBS_LINE.items()}
@@ -479,10 +480,10 @@ def _header_problem(header):
 
 
 def _text_event(log, where, record):
-    """Check a destroy, not_armed or summary event found at ``where`` ("line 3", "records 4-5"); a ReceiptProblem
-    or None."""
+    """Check a destroy, not_armed, context_close or summary event found at ``where`` ("line 3", "records 4-5"); a
+    ReceiptProblem or None."""
     kind = record.get("ev")
-    if kind not in ("destroy", "not_armed", "summary"):
+    if kind not in ("destroy", "not_armed", "context_close", "summary"):
         return ReceiptProblem("receipt.shape", log.path, f"{where}: unknown event {kind!r}")
     fast = _OBS_FAST[kind]  # None for a one-field shape (not_armed): the full walk
     if fast is None or not fast(record):
@@ -503,7 +504,7 @@ def _exact_ints(record, keys):
 
 
 _EV_CODES = {"wr": WR, "cqe": CQE, "withheld": WITHHELD, "data": DATA, "destroy": TEXT, "not_armed": TEXT,
-             "summary": TEXT + 1}
+             "context_close": TEXT, "summary": TEXT + 1}
 
 
 def _from_json_lines(log, records):

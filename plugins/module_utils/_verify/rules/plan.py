@@ -19,9 +19,7 @@ VERIFIED_MODES = ("installed-host", "installed-rail-accounting", "installed-rest
 @applies("fault modes but installed-restart, installed-interruption, installed-lost-completion and "
          "installed-cleanup-failure (qp)")
 def unverified_mode(profile, _workload):
-    # installed-cleanup-failure's rules cover the default qp kind; cq, channel and pd are not verified yet.
-    return profile["mode"] not in VERIFIED_MODES or (
-        profile["mode"] == "installed-cleanup-failure" and profile.get("cleanup_kind", "qp") != "qp")
+    return profile["mode"] not in VERIFIED_MODES
 
 
 declare("run.plan", "run", "`run.json` is the plan: schema `orbite.run` v1, a non-empty list of unique case IDs "
