@@ -177,7 +177,7 @@ def close(eng, batch, round_no):
         if "keep_released" not in eng.defects:
             qp = q["qp"]
             qp.to_error()
-            eng.destroy_qp(qp, "cleanup")
+            eng.destroy_qp(qp, HELD_ROUND)
             eng.live_qps.pop((qp.context.rail, qp.lane), None)
             released.append({"kind": "qp", "handle": qp.handle})
             if eng.profile["cleanup_kind"] == "channel":
@@ -216,7 +216,7 @@ def _idle(eng, record, entry, allocation, blocker):
     released = []
     for key, qp in sorted(eng.live_qps.items()):
         if key[0] == rail and qp.live:
-            eng.destroy_qp(qp, "cleanup")
+            eng.destroy_qp(qp, eng.round_no)  # idle: after the generation's last round
             eng.live_qps.pop(key)
             released.append({"kind": "qp", "handle": qp.handle})
     if not keep:
