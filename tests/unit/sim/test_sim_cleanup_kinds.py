@@ -11,12 +11,17 @@ Red check of the runner side: removing a switch's branch in sim/orbite_sim/clean
 """
 
 import importlib.util
-import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.cleanup_receipts import case_dir as _case
+from helpers.cleanup_receipts import edit as _edit
+from helpers.cleanup_receipts import edit_log as _edit_log
+from helpers.cleanup_receipts import ledger as _ledger
+from helpers.cleanup_receipts import observer_events as _events
+from helpers.cleanup_receipts import one_qp_fewer_held as _one_qp_fewer
 from helpers.sim_restart_pair import findings_by_code, mode_profile, run_restart_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
@@ -62,16 +67,10 @@ def healthy(tmp_path_factory):
     return get
 
 
-def _case(run_dir):
-    return run_dir / "cases" / "c1"
 
 
-def _ledger(run_dir, role, generation):
-    return json.loads((_case(run_dir) / role / f"g{generation}" / "ledger.json").read_text())
 
 
-def _events(run_dir):
-    return [json.loads(line) for line in (_case(run_dir) / LOG).read_text().splitlines()[1:]]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -161,15 +160,8 @@ def test_each_dependency_defect_fails_exactly_its_rule(tmp_path, kind, defect, c
         assert [e["ev"] for e in events if e["ev"] == "context_close"] == ["context_close"]
 
 
-def _edit(path, change):
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
-def _edit_log(path, change):
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in change(lines)))
 
 
 def _destroyed_after_all(kind):
@@ -181,11 +173,6 @@ def _destroyed_after_all(kind):
         return events
     return change
 
-
-def _one_qp_fewer(ledger):
-    record = ledger["restart"]["cleanup"]
-    for held in (record["before"]["provider_held"], record["retained"]["provider_held"]):
-        held["qp"] -= 1
 
 
 def _no_arming(ledger):
