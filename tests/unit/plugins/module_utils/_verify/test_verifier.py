@@ -387,7 +387,8 @@ def test_every_registered_code_has_a_red_check():
     # lost_completion.*: its defect switches, a consistent defect and edited receipts
     # (tests/unit/sim/test_sim_lost_completion.py).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("lost_completion.")}
-    # cleanup.*: cleanup-failure defect switches and edited receipts (tests/unit/sim/test_sim_cleanup_failure.py).
+    # cleanup.*: cleanup-failure defect switches and edited receipts (tests/unit/sim/test_sim_cleanup_failure.py and
+    # test_sim_cleanup_kinds.py, whose test_every_cleanup_code_and_switch_has_a_red_check covers every cleanup code).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("cleanup.")}
     assert set(RECEIPT_CODES) <= set(MUTATIONS)
     assert set(REGISTRY.codes()) - (by_defect | set(MUTATIONS) | elsewhere) == set()
