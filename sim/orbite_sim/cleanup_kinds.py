@@ -42,22 +42,34 @@ def run(eng, allocation_type, wr_id):
     qp = eng.live_qps[(rail, lane)]
     blocker = _blocker(eng, kind, entry, lane)
     record = {"round": HELD_ROUND if kind in WITHHELD_KINDS else None, "kind": kind, "rail": rail, "lane": lane,
-              "qpn": qp.qpn, "blocker": {"kind": blocker.kind, "handle": blocker.handle}}
+              "qpn": qp.qpn, "blocker": {"kind": blocker.kind, "handle": blocker.handle, "query": _query(blocker)}}
     allocation = allocation_type(eng.arena, region_offset(0, eng.payload), eng.payload)
     if kind == "pd":
         _idle(eng, record, entry, allocation, blocker)
     else:
         _withheld(eng, record, entry, qp, allocation, blocker, wr_id)
     owner = weakref.ref(allocation)
+    kept = weakref.ref(blocker)
     del allocation, qp, blocker  # the caller drops every handle: only the quarantine may keep them
     if "release_quarantined" in eng.defects:  # the defect: the engine forgets what it must keep
         eng.quarantine = None
     gc.collect()
     record["retained"] = {"weak_owner_alive": owner() is not None, "provider_held": eng.provider.held(),
                           "table_live": eng.table.live_count(), "device_open": entry["ctx"].live,
-                          "charges": _charges(eng)}
+                          "charges": _charges(eng),
+                          "blocker_query": _query(kept()) if kept() is not None else None}
     eng.doc["restart"]["cleanup"] = record
     eng.checkpoint()
+
+
+def _query(blocker):
+    """A real ibv_query_qp of the cq kind's dependent QP ({qpn, state}: RESET); None for the other kinds."""
+    if blocker.kind != "qp":
+        return None
+    try:
+        return blocker.query()
+    except VerbsError as exc:
+        return {"error": exc.code}
 
 
 def _charges(eng):

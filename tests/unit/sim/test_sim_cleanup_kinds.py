@@ -119,6 +119,8 @@ def test_the_receipts_show_the_seed_table(healthy, kind):
         assert _ledger(run_dir, "source", 1)["restart"]["cleanup"]["grants_pending"] == 1
     if kind == "cq":
         assert (before["qp"], after["qp"], after["cq"], after["pd"]) == (2, 1, 2, 2)
+        # the dependent QP, queried for real before and after the handles dropped, is in RESET
+        assert record["blocker"]["query"]["state"] == record["retained"]["blocker_query"]["state"] == "RESET"
     if kind == "channel":
         assert record["wait"]["progress"]["cq_arms"] >= 1
         assert (before["cq"], after["cq"], after["qp"], after["channel"]) == (3, 2, 0, 2)
