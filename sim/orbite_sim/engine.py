@@ -167,6 +167,10 @@ class Engine:
         self.lost_mode = self.profile["mode"] == LOST_MODE
         self.cleanup = self.profile["mode"] == CLEANUP_MODE
         self.survivor = case.get("survivor", False)
+        # installed-memory-cleanup (memory_cleanup.py): a fresh engine replacing one in the same process, and the
+        # source's data MRs open to memory-window binds.
+        self.replacement = False
+        self.binds_window = False
         if "reuse_epoch" in self.defects:
             # The defect: an epoch derived from the registration, so every process of it has the same one.
             digest = hashlib.sha256(case["registration_id"].encode()).digest()
@@ -251,7 +255,7 @@ class Engine:
         # Persistent MRs on every context, whatever the mask (mr_one_context: only enabled rails).
         if "mr_one_context" not in self.defects or rail in self.enabled_rails:
             # installed-interruption: the source binds a memory window over its data MR to grant a round.
-            access = DATA_ACCESS | ACCESS_MW_BIND if self.interruption else DATA_ACCESS
+            access = DATA_ACCESS | ACCESS_MW_BIND if self.interruption or self.binds_window else DATA_ACCESS
             entry["mrs"]["data"] = ctx.reg_mr(entry["pd"], self.arena, "data", access)
             entry["mrs"]["ctrl"] = ctx.reg_mr(entry["pd"], entry["ctrl"], "ctrl")
         self.doc["rails"].append({
@@ -737,7 +741,7 @@ class Engine:
         # The provider's own count is the second witness of what stayed held.
         held = self.provider.held()
         record["provider_held"] = held
-        if sum(held.values()) != record["retained_owners"]:
+        if sum(held.values()) != record["retained_owners"] + self.held_elsewhere():
             record["errors"].append(EngineError(
                 "Internal", "close", f"the resource table holds {record['retained_owners']} owner(s), the verbs "
                 f"provider {held}").as_dict())
@@ -745,6 +749,11 @@ class Engine:
             self._render_contexts()
         self.doc["teardown"] = record
         return record
+
+    def held_elsewhere(self):
+        """Provider objects of this process that another engine still owns (installed-memory-cleanup: the old
+        engine's quarantine), so the provider's process-wide count is this engine's plus these."""
+        return 0
 
     def abort(self):
         """After a failure: stop the rendezvous and release what is still held, so the ledger says what stayed."""

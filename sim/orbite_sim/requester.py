@@ -128,8 +128,8 @@ class RequesterEngine(Engine):
                 self.open_segment()
                 return
             except EngineError as exc:
-                if exc.error != "PeerLost" or self.generation == self.case["generation"] \
-                        or time.monotonic() > deadline:
+                first = self.generation == self.case["generation"] and not self.replacement
+                if exc.error != "PeerLost" or first or time.monotonic() > deadline:
                     raise
                 self.rv.close()
                 time.sleep(0.05)
@@ -218,6 +218,9 @@ class RequesterEngine(Engine):
             if "payload_over_rendezvous" in self.defects:
                 self.ship_payload_over_rendezvous(round_no)
 
+        window = ready.get("window")  # installed-memory-cleanup (mw): the grant is a window bound over the source's MR
+        if window:
+            self.remote = {qpn: (addr, int(window["rkey"])) for qpn, (addr, _rkey) in self.remote.items()}
         # The grants the source issued for this round (ROUND_READY): held until ROUND_DRAINED takes them back.
         self.held_grants = {int(p) for p in ready.get("grants", [])}
         received = sorted(self.held_grants)

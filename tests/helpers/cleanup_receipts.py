@@ -1,5 +1,6 @@
-"""Reading and editing one case's receipts of an installed-cleanup-failure runner pair (tests/unit/sim/
-test_sim_cleanup_failure.py, test_sim_cleanup_kinds.py): the case is ``c1`` of the run directory."""
+"""Reading one case's receipts of an installed-cleanup-failure runner pair (tests/unit/sim/
+test_sim_cleanup_failure.py, test_sim_cleanup_kinds.py): the case is ``c1`` of the run directory (editing them:
+helpers/receipts.py)."""
 
 import json
 
@@ -18,17 +19,6 @@ def observer_events(run_dir):
     """The generation-1 requester's uverbs_fault events, header left out."""
     path = case_dir(run_dir).joinpath(*OBSERVER_LOG)
     return [json.loads(line) for line in path.read_text().splitlines()[1:]]
-
-
-def edit(path, change):
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
-def edit_log(path, change):
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in change(lines)))
 
 
 def one_qp_fewer_held(ledger):

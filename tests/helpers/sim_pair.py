@@ -32,7 +32,7 @@ BASE = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requeste
         "transport": "rdma", "operation": "read", "rdma_events": False}
 # Rule groups only the restart-roles fault modes apply; their own tests run them (tests/unit/sim/
 # test_sim_restart.py, test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py).
-FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup")
+FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup", "memory_cleanup")
 
 RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, payload=4194305, block=MIB,
                        num_lanes=1, mask=3, generations=1)

@@ -131,6 +131,9 @@ PROVOKED_ERRORS = {
     "installed-cleanup-failure": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"),
                                   ("Timeout", "wait"), ("Unquiesced", "close"), ("BatchBusy", "free"),
                                   ("Unquiesced", "write")),
+    # docs/memory_cleanup.md: the fault role's failed dereg_mr / dealloc_mw (the old engine's close fails
+    # Unquiesced); the fresh engines' refusals of the old epochs are in their own section.
+    "installed-memory-cleanup": (("Unquiesced", "close"),),
 }
 
 # The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).
@@ -858,6 +861,9 @@ def derive_workload(profile: dict) -> dict:
             observers[-1]["env"] = cq_fault_env(parents * slices)
         if profile["mode"] == "installed-cleanup-failure":
             observers[-1].update(_cleanup_fault(profile, parents * slices))
+        if profile["mode"] == "installed-memory-cleanup":
+            # docs/memory_cleanup.md: the first dereg_mr / dealloc_mw of the fault role's process fails EIO.
+            observers[-1]["env"] = {"ORBITE_UVERBS_FAULT_KIND": profile["cleanup_kind"]}
 
     workload = {
         "protocol": PROTOCOL,

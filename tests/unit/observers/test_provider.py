@@ -225,6 +225,9 @@ _CTYPES_SMOKE = textwrap.dedent(
     lib.orbite_provider_held.argtypes = [ctypes.c_char_p]
     held = lambda: {k: lib.orbite_provider_held(k.encode()) for k in
                     ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")}
+    lib.orbite_provider_key_query.restype = ctypes.c_long
+    lib.orbite_provider_key_query.argtypes = [vp, ctypes.c_uint32, ctypes.c_char_p]
+    query = lambda key: [lib.orbite_provider_key_query(ctx, key, w) for w in (b"kind", b"windows", b"length")]
 
     class MR(ctypes.Structure):  # struct ibv_mr
         _fields_ = [("context", vp), ("pd", vp), ("addr", vp), ("length", ctypes.c_size_t),
@@ -245,8 +248,12 @@ _CTYPES_SMOKE = textwrap.dedent(
     during = held()
     bad = lib.ibv_reg_mr(pd, ctypes.addressof(buf), len(buf), 2)  # REMOTE_WRITE without LOCAL_WRITE
     bad_errno = ctypes.get_errno()
-    assert lib.ibv_dereg_mr(mr) == 0 and lib.ibv_dealloc_pd(pd) == 0 and lib.ibv_close_device(ctx) == 0
-    print(json.dumps({"names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
+    key_live = query(m.lkey)
+    assert lib.ibv_dereg_mr(mr) == 0
+    key_released = query(m.lkey)
+    assert lib.ibv_dealloc_pd(pd) == 0 and lib.ibv_close_device(ctx) == 0
+    print(json.dumps({"key_live": key_live, "key_released": key_released,
+                      "names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
                       "length": m.length, "addr_ok": m.addr == ctypes.addressof(buf),
                       "held_during": during, "held_after": held(), "bad": bad, "bad_errno": bad_errno}))
     """
@@ -273,6 +280,8 @@ def test_ctypes_opens_a_device_and_registers_memory(plain, hosts):
     assert got["held_during"] == {"ctx": 1, "pd": 1, "mr": 1, "mw": 0, "cq": 0, "channel": 0, "qp": 0}
     assert got["held_after"] == dict.fromkeys(HELD, 0)
     assert got["bad"] is None and got["bad_errno"] == 22
+    # orbite_provider_key_query: the key domain answers for the live MR (kind 1, no window, its length), not after
+    assert got["key_live"] == [1, 0, 1 << 16] and got["key_released"] == [0, -1, -1]
 
 
 def test_a_device_whose_gid_addresses_are_not_local_names_them(plain, tmp_path):

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from helpers.cleanup_receipts import case_dir as _case
-from helpers.cleanup_receipts import edit as _edit
-from helpers.cleanup_receipts import edit_log as _edit_log
 from helpers.cleanup_receipts import ledger as _ledger
 from helpers.cleanup_receipts import observer_events as _events
 from helpers.cleanup_receipts import one_qp_fewer_held as _one_qp_fewer
+from helpers.receipts import edit_json as _edit
+from helpers.receipts import edit_lines as _edit_log
 from helpers.sim_restart_pair import findings_by_code, mode_profile, run_restart_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model

@@ -310,7 +310,8 @@ def test_one_rail_mask_puts_everything_on_that_rail():
     _, workload = pm.load_and_derive(VALID["installed-memory-cleanup"])
     assert workload["rails"] == [1]
     assert list(workload["per_rail"]) == ["1"]
-    assert workload["observers"] == [{"tool": "uverbs_fault", "role": "requester"}]
+    assert workload["observers"] == [{"tool": "uverbs_fault", "role": "requester",
+                                      "env": {"ORBITE_UVERBS_FAULT_KIND": "mr"}}]
     assert workload["persistent_mr_contexts"] == 2
 
 
