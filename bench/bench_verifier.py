@@ -186,6 +186,24 @@ verdict = verify_run(sys.argv[2], tempfile.mkdtemp())
 print(time.process_time() - cpu, time.perf_counter() - started, verdict["verdict"])
 """
 
+# The digest coverage rule alone over the scaled case (masked in the scaled verdict), GC paused as in verify_case.
+_ONE_COVERAGE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import reading
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import case_receipts
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import digests
+case_dir = sys.argv[2] + "/cases/ra"
+profile = model.validate_profile(json.load(open(case_dir + "/case.json"))["profile"])
+case = case_receipts(case_dir, "ra", profile, model.derive_workload(profile), root=sys.argv[2])
+case.ledger("requester", 1)
+with reading.no_gc():
+    started, cpu = time.perf_counter(), time.process_time()
+    problems = digests.check_coverage(case)
+    print(time.process_time() - cpu, time.perf_counter() - started, len(problems))
+"""
+
 
 def _tree_of(ref, tmp):
     """A collections path holding the collection's plugins at git ``ref`` (git archive), for ``--against``."""
@@ -198,21 +216,26 @@ def _tree_of(ref, tmp):
 
 
 def _side_by_side(run_dir, events, ref, tmp, rounds=3):
-    """verify_run of this tree and of ``ref``, alternated in fresh processes over the same run: best CPU and
-    wall seconds of each (the box's other load falls on both alike)."""
+    """verify_run, then the digest coverage alone, of this tree and of ``ref``, alternated in fresh processes
+    over the same run: best CPU and wall seconds of each (the box's other load falls on both alike), and the
+    ratios this tree / ``ref``."""
     trees = {"this tree": REPO / ".collections", ref: _tree_of(ref, tmp)}
-    best = {name: [None, None, None] for name in trees}
-    for _ in range(rounds):
-        for name, tree in trees.items():
-            out = subprocess.run([sys.executable, "-c", _ONE_RUN, str(tree), str(run_dir)], capture_output=True,
-                                 text=True, check=True).stdout.split()
-            cpu, wall = float(out[0]), float(out[1])
-            old = best[name]
-            best[name] = [min(cpu, old[0] or cpu), min(wall, old[1] or wall), out[2]]
-    print(f"side by side (best of {rounds}, alternated, fresh processes):")
-    for name, (cpu, wall, verdict) in best.items():
-        print(f"  {name:20s} CPU {cpu:5.2f} s ({events / cpu:,.0f} records/s)   wall {wall:5.2f} s "
-              f"({events / wall:,.0f} records/s)   verdict {verdict}")
+    for title, script, what in (("verify_run", _ONE_RUN, "verdict"),
+                                ("digests.coverage alone", _ONE_COVERAGE, "problems")):
+        best = {name: [None, None, None] for name in trees}
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                out = subprocess.run([sys.executable, "-c", script, str(tree), str(run_dir)], capture_output=True,
+                                     text=True, check=True).stdout.split()
+                cpu, wall = float(out[0]), float(out[1])
+                old = best[name]
+                best[name] = [min(cpu, old[0] or cpu), min(wall, old[1] or wall), out[2]]
+        print(f"side by side, {title} (best of {rounds}, alternated, fresh processes):")
+        for name, (cpu, wall, answer) in best.items():
+            print(f"  {name:20s} CPU {cpu:5.2f} s ({events / cpu:,.0f} records/s)   wall {wall:5.2f} s "
+                  f"({events / wall:,.0f} records/s)   {what} {answer}")
+        (cpu, wall, _), (ref_cpu, ref_wall, _) = best.values()
+        print(f"  this tree / {ref}: CPU x{cpu / ref_cpu:.2f}, wall x{wall / ref_wall:.2f}")
 
 
 def _rule_times(verdict, prefix):
