@@ -141,7 +141,7 @@ def test_two_cases_of_two_modes_run_into_one_verdict(repo_root, ansible_env, lab
     assert verdict["verdict"] == "PASS" and verdict["complete"], verdict.get("summary")
     assert [c["case"] for c in verdict["cases"]] == only
     plan = json.loads((run_dir / "run.json").read_text())
-    assert [(c["id"], c["profile"]["mode"]) for c in plan["cases"]] == [
+    assert [(c, plan["profiles"][c]["mode"]) for c in plan["cases"]] == [
         ("ih-read-polling", "installed-host"), ("ra-write-events", "installed-rail-accounting")]
     statuses = {c["case"]: {f["code"]: f["status"] for f in c["findings"]} for c in verdict["cases"]}
     # Each case verified under its own mode: the rail rules apply to the rail-accounting case only.
