@@ -65,7 +65,7 @@ options:
         M(orbite.qualification.run_plan) takes them, and C(artifacts), the run's pinned executables). With it,
         the same call writes each named pair's C(run.json) (and its C(cases/<id>/case.json)) before the fleet
         plan, in one call for every pair instead of one M(orbite.qualification.run_plan) call each. A pair whose
-        run the preflight wrote is left out. Not in check mode.
+        run the preflight wrote is left out. Not in check mode (docs/fleet.md).
     type: dict
     default: {}
   runner_kind:

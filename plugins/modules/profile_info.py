@@ -57,7 +57,7 @@ options:
         description: The case's profile file on the controller (exactly one of this and O(cases[].profile)).
         type: path
       changes:
-        description: Profile fields that override the loaded profile's (host overrides, a variant's changes).
+        description: Profile fields (docs/profiles.md) overriding the loaded profile's (host overrides, the changes).
         type: dict
         default: {}
 notes:
