@@ -60,6 +60,12 @@ options:
         description: Profile fields (docs/profiles.md) overriding the loaded profile's (host overrides, the changes).
         type: dict
         default: {}
+      reverse_hosts:
+        description:
+          - Swap the case's C(source) and C(requester) after its changes (the seed's rail accounting with the hosts
+            reversed, in the same run).
+        type: bool
+        default: false
 notes:
   - The bounds, mode rules and derivation are documented in C(docs/profiles.md).
 seealso:
@@ -224,7 +230,7 @@ def _derive_cases(cases):
         name = case.get("id") or (str(position) if len(cases) > 1 else None)
         try:
             profile, workload = load_and_derive(profile=case.get("profile"), path=case.get("path"),
-                                                changes=case.get("changes"))
+                                                changes=case.get("changes"), reverse_hosts=case.get("reverse_hosts"))
         except ProfileError as error:
             violations.extend(dict(v.as_dict(), **({"case": name} if name else {})) for v in error.violations)
             continue
@@ -249,6 +255,7 @@ def main():
                 "profile": {"type": "raw"},
                 "path": {"type": "path"},
                 "changes": {"type": "dict", "default": {}},
+                "reverse_hosts": {"type": "bool", "default": False},
             }, "mutually_exclusive": [("profile", "path")], "required_one_of": [("profile", "path")]},
         },
         mutually_exclusive=[("profile", "path", "cases")],

@@ -19,11 +19,13 @@ INVENTORY = """\
 localhost ansible_connection=local ansible_python_interpreter={python}
 sim-a ansible_connection=local
 sim-b ansible_connection=local
+sim-c ansible_connection=local
 """
 # Every mode playbook (one that imports _preflight.yml), in qualification.yml's order, with its run prefix there
 # and what it is given (rail accounting again with the shipped discovery profile). A new mode playbook fails
 # test_every_mode_playbook_is_planned until it is listed here and in qualification.yml.
 MODES = [("ih", "installed_host", {}), ("ra", "rail_accounting", {}),
+         ("rr", "rail_accounting", {"orbite_source": "sim-b", "orbite_requester": "sim-a"}),
          ("rd", "rail_accounting", {"orbite_profile_file": "rail_accounting_discovery.json"}),
          ("rs", "restart", {}), ("in", "interruption", {}), ("lc", "lost_completion", {}),
          ("cf", "cleanup_failure", {})]
@@ -98,9 +100,13 @@ def test_check_mode_plans_every_case_of_every_mode_with_its_profile(repo_root, a
                      "installed-lost-completion", "installed-cleanup-failure"}
     assert {c["id"] for c in planned if c["profile"].get("discovery") == "auto"} == {"rd-read-polling",
                                                                                       "rd-write-events"}
-    assert len(planned) == 20
+    assert len(planned) == 22
+    reversed_ = {c["id"]: (c["profile"]["source"], c["profile"]["requester"]) for c in planned if c["id"][:3] == "rr-"}
+    assert reversed_ == {"rr-read-polling": ("sim-b", "sim-a"), "rr-write-events": ("sim-b", "sim-a")}
+    assert {(c["profile"]["source"], c["profile"]["requester"]) for c in planned if c["id"][:3] != "rr-"} == {
+        ("sim-a", "sim-b")}
     out_text = " ".join(result.stdout.split())
-    assert "preflight passed (profile valid, 20 case(s) planned: ih-read-polling, ra-read-polling" in out_text
+    assert "preflight passed (profile valid, 22 case(s) planned: ih-read-polling, ra-read-polling" in out_text
 
 
 def test_a_profile_given_to_the_whole_gate_is_refused_by_name(repo_root, ansible_env, tmp_path):
@@ -114,16 +120,16 @@ def test_a_profile_given_to_the_whole_gate_is_refused_by_name(repo_root, ansible
 
 
 def test_cases_on_two_pairs_of_hosts_are_refused(repo_root, ansible_env, tmp_path):
-    # One run is one pair: a variant that swaps the hosts is named, before any host is touched.
-    swapped = {"source": "sim-b", "requester": "sim-a"}
+    # One run is one pair (reversed or not): a variant on a third host is named, before any host is touched.
     variants = [{"id": "ab", "profile_file": "rail_accounting.json", "changes": {}},
-                {"id": "ba", "profile_file": "restart_source.json", "changes": swapped}]
+                {"id": "ba", "profile_file": "rail_accounting.json", "changes": {}, "reverse_hosts": True},
+                {"id": "ac", "profile_file": "restart_source.json", "changes": {"requester": "sim-c"}}]
     result = _check(repo_root, ansible_env, tmp_path, repo_root / "playbooks" / "qualification.yml",
                     {"orbite_case_variants": variants})
     out = " ".join(result.stdout.split())
     assert result.returncode != 0 and "check mode: preflight passed" not in out
-    assert ('profile field source="sim-a, sim-b": must name a host of the inventory, the same one in every case of '
-            "the run") in out, out[-3000:]
+    assert ('profile field source="sim-a, sim-b": must name a host of the inventory, and every case of the run the '
+            "same two hosts (the run's cases use sim-a, sim-b, sim-c; hosts:") in out, out[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +138,8 @@ def lab(tmp_path_factory, repo_root, ansible_env):
 
 
 def test_two_cases_of_two_modes_run_into_one_verdict(repo_root, ansible_env, lab, tmp_path):
-    only = ["ih-read-polling", "ra-write-events"]
+    # The installed host on sim-a -> sim-b, then rail accounting with the hosts reversed, in one run.
+    only = ["ih-read-polling", "rr-write-events"]
     result = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "qualification.yml",
                            {"orbite_case_only": ", ".join(only)}, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:]
@@ -142,9 +149,16 @@ def test_two_cases_of_two_modes_run_into_one_verdict(repo_root, ansible_env, lab
     assert [c["case"] for c in verdict["cases"]] == only
     plan = json.loads((run_dir / "run.json").read_text())
     assert [(c, plan["profiles"][c]["mode"]) for c in plan["cases"]] == [
-        ("ih-read-polling", "installed-host"), ("ra-write-events", "installed-rail-accounting")]
+        ("ih-read-polling", "installed-host"), ("rr-write-events", "installed-rail-accounting")]
+    assert plan["hosts"] == {"ih-read-polling": {"source": "sim-a", "requester": "sim-b"},
+                             "rr-write-events": {"source": "sim-b", "requester": "sim-a"}}
     statuses = {c["case"]: {f["code"]: f["status"] for f in c["findings"]} for c in verdict["cases"]}
     # Each case verified under its own mode: the rail rules apply to the rail-accounting case only.
-    assert any(code.startswith("accounting.") and s == "PASS" for code, s in statuses["ra-write-events"].items())
+    assert any(code.startswith("accounting.") and s == "PASS" for code, s in statuses["rr-write-events"].items())
     assert not any(code.startswith("accounting.") and s == "PASS" for code, s in statuses["ih-read-polling"].items())
+    # Each case's receipts came from the host of its role: the supervisor journals name the host.
+    for case, hosts in plan["hosts"].items():
+        for role, host in hosts.items():
+            journal = (run_dir / "cases" / case / role / "journal.jsonl").read_text()
+            assert f'"hostname": "{host}"' in journal, (case, role, host)
     assert gate.locks_free(lab)

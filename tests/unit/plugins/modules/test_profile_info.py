@@ -112,3 +112,14 @@ def test_every_broken_case_is_named_with_its_violations(tmp_path, repo_root):
     assert both["failed"] is True and "mutually exclusive" in both["msg"], both
     beside = run_module("profile_info", tmp_path, {"profile": GOOD, "cases": [{"profile": GOOD}]})
     assert beside["failed"] is True and "mutually exclusive" in beside["msg"], beside
+
+
+def test_a_case_may_reverse_its_hosts_after_its_changes(tmp_path, repo_root):
+    path = str(repo_root / "profiles" / "rail_accounting.json")
+    result = run_module("profile_info", tmp_path, {"cases": [
+        {"id": "ab", "path": path, "changes": {"source": "rnic-1", "requester": "rnic-2"}},
+        {"id": "ba", "path": path, "changes": {"source": "rnic-1", "requester": "rnic-2"}, "reverse_hosts": True},
+    ]})
+    assert [(c["profile"]["source"], c["profile"]["requester"]) for c in result["cases"]] == [
+        ("rnic-1", "rnic-2"), ("rnic-2", "rnic-1")], result
+    assert result["cases"][0]["workload"] == result["cases"][1]["workload"]  # the workload names no host
