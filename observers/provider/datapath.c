@@ -174,8 +174,10 @@ static int rx_abandon(struct pqp *q)
 }
 
 /* 0 when all bytes came, -1 on error or end of stream.  With q, the socket
- * has a receive timeout and rx_abandon decides whether to keep waiting. */
-static int recvv_q(struct pqp *q, int fd, struct iovec *iov, int cnt)
+ * has a receive timeout and rx_abandon decides whether to keep waiting.
+ * With got, the bytes that did come are added to it (also on error: what
+ * landed of a WRITE stopped part way stays landed). */
+static int recvv_count(struct pqp *q, int fd, struct iovec *iov, int cnt, uint64_t *got)
 {
 	struct msghdr mh;
 
@@ -196,6 +198,8 @@ static int recvv_q(struct pqp *q, int fd, struct iovec *iov, int cnt)
 			continue;
 		if (n <= 0)
 			return -1;
+		if (got)
+			*got += (uint64_t)n;
 		while (cnt > 0 && (size_t)n >= iov->iov_len) {
 			n -= (ssize_t)iov->iov_len;
 			iov++;
@@ -207,6 +211,11 @@ static int recvv_q(struct pqp *q, int fd, struct iovec *iov, int cnt)
 		}
 	}
 	return 0;
+}
+
+static int recvv_q(struct pqp *q, int fd, struct iovec *iov, int cnt)
+{
+	return recvv_count(q, fd, iov, cnt, NULL);
 }
 
 static int recvv_all(int fd, struct iovec *iov, int cnt)
@@ -1332,13 +1341,16 @@ static int land(struct pqp *q, int fd, const struct ibv_sge *sge, const struct m
 		struct iovec iov[32];
 		uint64_t n = len - done < cfg.chunk ? len - done : cfg.chunk;
 		int cnt = slice(sge, mem, nsge, done, n, iov, 32);
+		uint64_t got = 0;
+		int rc;
 
 		if (!qp_serving(q))
 			return 1;
-		if (recvv_all(fd, iov, cnt))
+		rc = recvv_count(NULL, fd, iov, cnt, &got);
+		stat_add(q->c, S_WRITE_BYTES_LANDED, got); /* a piece cut short still landed that much */
+		if (rc)
 			return -1;
 		done += n;
-		stat_add(q->c, S_WRITE_BYTES_LANDED, n);
 	}
 	return 0;
 }

@@ -1126,3 +1126,32 @@ void objects_close_context(struct pctx *c)
 	}
 	pthread_mutex_unlock(&c->lock);
 }
+
+/* ------------------------------------------------------- key queries -- */
+
+/* What the key domain of ctx says about `key` now (see orbite_provider.h):
+ * the live object behind it and, for "windows" and "length", its bindings
+ * and extent.  A quarantined MR or MW (a failed dereg/dealloc) still
+ * answers; a released or stale key answers "kind" 0 and -1 otherwise. */
+PROV_EXPORT long orbite_provider_key_query(struct ibv_context *ctx, uint32_t key, const char *what)
+{
+	struct pctx *c;
+	struct keyent *e;
+	long out = -1;
+
+	if (!ctx || !what)
+		return -1;
+	c = ctx_of(ctx);
+	pthread_mutex_lock(&c->lock);
+	e = key_lookup(c, key);
+	if (!strcmp(what, "kind")) {
+		out = e ? (e->kind == KEY_MR ? 1 : 2) : 0;
+	} else if (e && !strcmp(what, "windows")) {
+		out = e->kind == KEY_MR ? ((struct pmr *)e->obj)->mw_bound : ((struct pmw *)e->obj)->bound;
+	} else if (e && !strcmp(what, "length")) {
+		out = e->kind == KEY_MR ? (long)((struct pmr *)e->obj)->mr.length
+					: (long)((struct pmw *)e->obj)->length;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return out;
+}

@@ -42,6 +42,14 @@ int orbite_provider_qp_stall(struct ibv_qp *qp, uint64_t bytes, long max_ms);
  * observer withheld were consumed, not left queued for a later poll. */
 long orbite_provider_qp_outstanding(struct ibv_qp *qp);
 
+/* The key domain of ctx: what = "kind" gives 1 for a live MR behind key, 2
+ * for a live MW, 0 for none (released or stale); "windows" the MWs bound to
+ * that MR (or 1/0: that MW bound); "length" the MR's length or the MW's bound
+ * window.  -1 for no context, an unknown `what` or no live object.  An MR or
+ * MW whose dereg/dealloc failed still answers (a real provider query after
+ * the engine dropped its handles). */
+long orbite_provider_key_query(struct ibv_context *ctx, uint32_t key, const char *what);
+
 /* The inline verbs of <infiniband/verbs.h>, exported (ctypes cannot inline). */
 int orbite_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int orbite_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);

@@ -8,7 +8,7 @@
  * (tools with .digests), and writes the observer log (contract 3: a JSON
  * header line, then fixed-size binary records or JSON lines, see
  * docs/receipts.md section 2).  Each tool (accounting, cq_fault,
- * uverbs_fault) links the core with one obs_tool description.
+ * uverbs_fault, inflight_fault) links the core with one obs_tool description.
  */
 #ifndef ORBITE_OBS_H
 #define ORBITE_OBS_H
@@ -25,8 +25,11 @@ struct obs_hook {
 	void *real;
 };
 
+/* The provider's post_send as the core calls it. */
+typedef int (*obs_post_fn)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+
 struct obs_tool {
-	const char *name; /* "accounting" | "cq_fault" | "uverbs_fault" */
+	const char *name; /* "accounting" | "cq_fault" | "uverbs_fault" | "inflight_fault" */
 	void (*init)(void);
 	/* Called under the ledger lock for each successful completion of an
 	 * accepted payload WR on device `dev`; return 1 to remove it from
@@ -35,6 +38,14 @@ struct obs_tool {
 	void (*context_opened)(struct ibv_context *ctx, const char *dev);
 	void (*context_closing)(struct ibv_context *ctx);
 	struct obs_hook *hooks; /* extra interposed functions, NULL-terminated */
+	/* When set, the core calls this instead of the provider's post_send
+	 * (outside the ledger lock, after the WRs are recorded); it must call
+	 * `orig` with the same arguments and return its result. */
+	int (*post)(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr,
+		    struct ibv_send_wr **bad_wr);
+	/* Called under the ledger lock for every completion poll_cq returns
+	 * (before the core logs it). */
+	void (*completed)(struct ibv_context *ctx, struct ibv_cq *cq, const struct ibv_wc *wc);
 	/* Hash the local range of every successful payload WR and its guard
 	 * windows (docs/observers.md, "Digests"). */
 	int digests;
@@ -53,6 +64,11 @@ void *obs_real(const char *name);
 int obs_env_long(const char *name, long dflt, long min, long max, long *out);
 /* Message on stderr, prefixed with the tool name. */
 void obs_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "RDMA_READ" or "RDMA_WRITE" for a payload WR's opcode (WRITE_WITH_IMM is a
+ * WRITE), NULL for any other work. */
+const char *obs_payload_opcode(enum ibv_wr_opcode op);
+/* The bytes a WR's scatter list names. */
+uint64_t obs_wr_bytes(const struct ibv_send_wr *wr);
 /* Copy the device name of an observed context into buf; 0 when unknown. */
 int obs_context_dev(struct ibv_context *ctx, char *buf, size_t len);
 

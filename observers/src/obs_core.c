@@ -527,7 +527,7 @@ static void ledger_unlink(struct wr_ent *e)
 		}
 }
 
-static const char *payload_opcode(enum ibv_wr_opcode op)
+const char *obs_payload_opcode(enum ibv_wr_opcode op)
 {
 	switch (op) {
 	case IBV_WR_RDMA_READ:
@@ -540,7 +540,7 @@ static const char *payload_opcode(enum ibv_wr_opcode op)
 	}
 }
 
-static uint64_t wr_bytes(const struct ibv_send_wr *wr)
+uint64_t obs_wr_bytes(const struct ibv_send_wr *wr)
 {
 	uint64_t sum = 0;
 	int i;
@@ -866,7 +866,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	/* Record before posting: a completion polled by another thread before
 	 * this call returns must still find (and join) its WR. */
 	for (w = wr; w; w = w->next) {
-		const char *op = payload_opcode(w->opcode);
+		const char *op = obs_payload_opcode(w->opcode);
 		struct wr_ent *e;
 		int nsge = 0;
 
@@ -893,7 +893,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		e->cq = qp->send_cq;
 		e->qpn = qp->qp_num;
 		e->wr_id = w->wr_id;
-		e->bytes = wr_bytes(w);
+		e->bytes = obs_wr_bytes(w);
 		e->opcode = op;
 		e->qs = qs;
 		sge_record(e, w);
@@ -904,7 +904,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 
 	if (!bad_wr)
 		bad_wr = &bad_local;
-	ret = orig(qp, wr, bad_wr);
+	ret = obs_tool.post ? obs_tool.post(orig, qp, wr, bad_wr) : orig(qp, wr, bad_wr);
 
 	pthread_mutex_lock(&ledger);
 	/* Only the WRs before bad_wr were accepted when the post failed. */
@@ -923,7 +923,7 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 
 		if (ret && w == stop)
 			rejecting = 1; /* bad_wr and everything after it */
-		if (!payload_opcode(w->opcode))
+		if (!obs_payload_opcode(w->opcode))
 			continue;
 		e = batch[i++];
 		if (rejecting) {
@@ -1034,6 +1034,8 @@ static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 				}
 			}
 		}
+		if (obs_tool.completed)
+			obs_tool.completed(ctx, cq, c);
 		log_completion(ctx, cq, c, drop);
 		if (e) {
 			if (c->status == IBV_WC_SUCCESS)

@@ -1121,6 +1121,46 @@ static void sc_partial(int mode)
 	pair_free(&p);
 }
 
+/* ------------------------------------------------------------ inflight -- */
+
+/* Under inflight_fault (ORBITE_INFLIGHT_FAULT_SKIP=3, _BYTES=<stall>): four
+ * 4 MiB READs or WRITEs on one QP, one at a time, each with fresh content;
+ * the observer interrupts the fourth part way inside its post.  Report each
+ * status, how much of the fourth landed and how many other bytes changed,
+ * then destroy the QP (the observer logs that destroy). */
+static void sc_inflight(int write)
+{
+	struct pair p = pair_new(16, RW);
+	uint64_t len = 4u << 20, landed = 0, dirty = 0;
+	struct ibv_wc wc;
+	int i, st[4];
+
+	for (i = 0; i < 4; i++) {
+		if (write) {
+			call(C_SENT, 0, 0, 0, 0);
+			fill(C.buf, 0, len, 80 + (uint32_t)i);
+		} else {
+			call(C_FILL, 0, 0, len, 80 + (uint32_t)i);
+			memset(C.buf, SENT_C, LBUF_LEN);
+		}
+		st[i] = rdma1(p.qp, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, 90 + (uint64_t)i, 0,
+			      (uint32_t)len, C.raddr, C.rkey, &wc);
+	}
+	if (write) {
+		struct reply r = call(C_CHECKPART, 0, 0, len, 83);
+
+		landed = (uint64_t)r.v[0];
+		dirty = (uint64_t)(r.v[1] + r.v[2]);
+	} else {
+		local_part(len, 83, &landed, &dirty);
+	}
+	out("{\"op\":\"inflight\",\"opcode\":\"%s\",\"qpn\":%u,\"status\":[%d,%d,%d,%d],"
+	    "\"len\":%llu,\"landed\":%llu,\"dirty\":%llu}",
+	    write ? "RDMA_WRITE" : "RDMA_READ", p.qp->qp_num, st[0], st[1], st[2], st[3],
+	    (unsigned long long)len, (unsigned long long)landed, (unsigned long long)dirty);
+	pair_free(&p);
+}
+
 /* ------------------------------------------------------------- observe -- */
 
 /* Under accounting or cq_fault: READs and WRITEs on two QPs; report what was
@@ -1319,6 +1359,10 @@ int main(int argc, char **argv)
 		sc_partial(2);
 	else if (!strcmp(sc, "observe"))
 		sc_observe();
+	else if (!strcmp(sc, "inflight_read"))
+		sc_inflight(0);
+	else if (!strcmp(sc, "inflight_write"))
+		sc_inflight(1);
 	else if (!strcmp(sc, "mw"))
 		sc_mw();
 	else if (!strcmp(sc, "bench") && argc > 10)

@@ -73,11 +73,14 @@ options:
       uverbs_fault:
         description: Path of the deployed C(liborbite_uverbs_fault.so).
         type: path
+      inflight_fault:
+        description: Path of the deployed C(liborbite_inflight_fault.so).
+        type: path
   require_observers:
     description: Observers the mode needs; each must be built (and, on a node, deployed and matching).
     type: list
     elements: str
-    choices: [accounting, cq_fault, uverbs_fault]
+    choices: [accounting, cq_fault, uverbs_fault, inflight_fault]
     default: []
   pin_native_libraries:
     description: On a node, also require the resolved native libraries to have the pinned sha256.
@@ -138,7 +141,7 @@ manifest:
       sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
     observers: {accounting: {path: observers/liborbite_accounting.so,
                              sha256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae},
-                cq_fault: null, uverbs_fault: null}
+                cq_fault: null, uverbs_fault: null, inflight_fault: null}
     observers_absent_reason: null
 checked:
   description: Names of the checks that ran.

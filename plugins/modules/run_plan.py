@@ -110,7 +110,7 @@ options:
       observers:
         description:
           - The observer libraries the nodes preload, by tool name (C(accounting), C(cq_fault),
-            C(uverbs_fault)), each a mapping of C(path) (absolute) and C(sha256) and nothing else.
+            C(uverbs_fault), C(inflight_fault)), each a mapping of C(path) (absolute) and C(sha256) and nothing else.
         type: dict
         default: {}
   verdict:

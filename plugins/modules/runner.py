@@ -133,7 +133,7 @@ options:
     type: str
   observers:
     description:
-      - The observers the mode loads into this runner (C(accounting), C(cq_fault), C(uverbs_fault)),
+      - The observers the mode loads into this runner (C(accounting), C(cq_fault), C(uverbs_fault), C(inflight_fault)),
         written into the case file; the libraries themselves are O(ld_preload), for either runner kind.
     type: list
     elements: str

@@ -14,7 +14,8 @@ from . import PROTOCOL
 from .errors import CaseError
 
 SUPPORTED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
-                   "installed-lost-completion", "installed-cleanup-failure")
+                   "installed-lost-completion", "installed-cleanup-failure", "installed-inflight-dma",
+                   "installed-memory-cleanup")
 RESTART_MODE = "installed-restart"
 # installed-interruption runs the restart roles with one authorization held before each restart.
 INTERRUPTION_MODE = "installed-interruption"
@@ -23,11 +24,18 @@ LOST_MODE = "installed-lost-completion"
 # installed-cleanup-failure (docs/cleanup_failure.md) runs them with a native destroy failed before the kill.
 CLEANUP_MODE = "installed-cleanup-failure"
 RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE)
+# installed-inflight-dma (docs/inflight_dma.md): one generation, one WR interrupted part way, both engines survive.
+INFLIGHT_MODE = "installed-inflight-dma"
+INFLIGHT_MAX_BLOCK = 16 << 20
 # The cleanup kinds this runner implements (the profile model knows cq, channel and pd too).
 CLEANUP_KINDS = ("qp",)
+# installed-memory-cleanup (docs/memory_cleanup.md): one process per role, two engines in it (the old one's MR or
+# MW release fails, a fresh engine replaces it at the same addresses).
+MEMORY_MODE = "installed-memory-cleanup"
+MEMORY_KINDS = ("mr", "mw")
 FAULT_ROLES = ("source", "requester")
 RESTART_GENERATIONS = (2, 3)
-OBSERVERS = ("accounting", "cq_fault", "uverbs_fault")
+OBSERVERS = ("accounting", "cq_fault", "uverbs_fault", "inflight_fault")
 DEFECTS = (
     "corrupt_byte",
     "overwrite_guard",
@@ -79,6 +87,26 @@ CLEANUP_DEFECTS = (
     "cpu_write_ok",
     "release_quarantined",
     "drop_charges",
+)
+# installed-memory-cleanup only (docs/memory_cleanup.md): each breaks one memory_cleanup rule
+# (tests/unit/sim/test_sim_memory_cleanup.py); the fresh engine accepting an old epoch is the restart
+# switch stale_epoch_accepted.
+MEMORY_DEFECTS = (
+    "retry_dereg",
+    "release_registration",
+    "release_window",
+    "pd_destroy_ok",
+    "free_quarantine_early",
+)
+# installed-inflight-dma only (docs/inflight_dma.md): each breaks one inflight_dma rule
+# (tests/unit/sim/test_sim_inflight_dma.py).
+INFLIGHT_DEFECTS = (
+    "inflight_fabricate_success",
+    "inflight_reports_bytes",
+    "inflight_drain_first",
+    "inflight_full_copy",
+    "inflight_untouched",
+    "inflight_no_survival",
 )
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
@@ -224,7 +252,8 @@ def validate_case(raw):
     case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
-    switches = DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS + LOST_DEFECTS + CLEANUP_DEFECTS
+    switches = (DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS + LOST_DEFECTS + CLEANUP_DEFECTS + INFLIGHT_DEFECTS
+                + MEMORY_DEFECTS)
     case["defects"] = _name_list(raw, "defects", switches)
     case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
     generations = case["profile"].get("generations", 1)
@@ -239,7 +268,8 @@ def validate_case(raw):
         # cleanup: the wait for a withheld completion.
         case["timeouts"].setdefault("grant_s", DEFAULT_GRANT_S)
     for mode, switches in ((INTERRUPTION_MODE, INTERRUPTION_DEFECTS), (LOST_MODE, LOST_DEFECTS),
-                           (CLEANUP_MODE, CLEANUP_DEFECTS)):
+                           (CLEANUP_MODE, CLEANUP_DEFECTS), (INFLIGHT_MODE, INFLIGHT_DEFECTS),
+                           (MEMORY_MODE, MEMORY_DEFECTS)):
         if case["profile"]["mode"] != mode:
             for i, name in enumerate(case["defects"]):
                 if name in switches:
@@ -298,12 +328,27 @@ def _validate_profile(profile):
             _validate_cleanup(p)
     elif p.get("generations", 1) != 1:
         _fail("profile.generations", p.get("generations"), f"must be 1 in mode {mode}")
+    if mode == MEMORY_MODE:
+        _validate_memory(p)
+    if mode == INFLIGHT_MODE:
+        _validate_inflight(p)
     # ceil() bounds what wrong_slicing can produce too.
     wrs = p["parents"] * -(-p["payload"] // p["block"])
     if wrs > MAX_WRS_PER_ROUND:
         _fail("profile.block", p["block"],
               f"gives {wrs} payload WRs per round; the simulated runner allows at most {MAX_WRS_PER_ROUND}")
     return p
+
+
+def _validate_inflight(p):
+    """installed-inflight-dma (DESIGN.md section 4): one parent, one lane, one rail, one WR of at most 16 MiB that
+    can stop part way."""
+    for field, allowed in (("parents", (1,)), ("num_lanes", (1,)), ("mask", (1, 2))):
+        if p[field] not in allowed:
+            _fail(f"profile.{field}", p[field], f"must be one of {list(allowed)} ({INFLIGHT_MODE})")
+    if p["payload"] != p["block"] or not 2 <= p["block"] <= INFLIGHT_MAX_BLOCK:
+        _fail("profile.block", p["block"], f"must equal profile.payload ({p['payload']}), 2 .. {INFLIGHT_MAX_BLOCK} "
+              f"bytes: one WR ({INFLIGHT_MODE})")
 
 
 def _validate_cleanup(p):
@@ -313,15 +358,34 @@ def _validate_cleanup(p):
     if kind not in CLEANUP_KINDS:
         _fail("profile.cleanup_kind", kind, "the simulated runner implements " + ", ".join(CLEANUP_KINDS)
               + " (installed-cleanup-failure)")
-    rules = (("fault_role", p["fault_role"] == "requester", "must be 'requester'"),
-             ("generations", p["generations"] == 2, "must be 2"),
-             ("parents", p["parents"] == 1, "must be 1"),
-             ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
-             ("num_lanes", p["num_lanes"] == 1, "must be 1"),
-             ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
+    _apply_rules(p, (("fault_role", p["fault_role"] == "requester", "must be 'requester'"),
+                     ("generations", p["generations"] == 2, "must be 2"), *_one_slice_one_rail(p)), CLEANUP_MODE)
+
+
+def _one_slice_one_rail(p):
+    """The shape both cleanup modes share (DESIGN.md section 4): one parent, one slice, one lane, one rail."""
+    return (("parents", p["parents"] == 1, "must be 1"),
+            ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
+            ("num_lanes", p["num_lanes"] == 1, "must be 1"),
+            ("mask", p["mask"] in (1, 2), "must be 1 or 2"))
+
+
+def _apply_rules(p, rules, mode):
+    """(field, ok, rule) triples: the first broken one is a CaseError naming field, value, rule and mode."""
     for field, ok, rule in rules:
         if not ok:
-            _fail(f"profile.{field}", p[field], f"{rule} (installed-cleanup-failure)")
+            _fail(f"profile.{field}", p.get(field), f"{rule} ({mode})")
+
+
+def _validate_memory(p):
+    """installed-memory-cleanup (DESIGN.md section 4): one parent, one slice, one lane, one rail; an MR failure of
+    either role, an MW failure of the source."""
+    kind = p.get("cleanup_kind")
+    if kind not in MEMORY_KINDS:
+        _fail("profile.cleanup_kind", kind, "must be 'mr' or 'mw' (installed-memory-cleanup)")
+    roles = FAULT_ROLES if kind == "mr" else ("source",)
+    _apply_rules(p, (("fault_role", p.get("fault_role") in roles, "must be " + " or ".join(map(repr, roles))
+                      + f" with cleanup_kind {kind!r}"), *_one_slice_one_rail(p)), MEMORY_MODE)
 
 
 def _validate_rails(rails):

@@ -21,7 +21,7 @@ import sys
 import time
 
 from . import content, sysfs
-from .case import CLEANUP_MODE, INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
+from .case import CLEANUP_MODE, INFLIGHT_MODE, INTERRUPTION_MODE, LOST_MODE, RESTART_MODES
 from .errors import EngineError, peer_lost, unavailable
 from .ledger import Ledger, wr_columns, write_json_atomic
 from .progress import report as report_progress
@@ -166,7 +166,13 @@ class Engine:
         self.interruption = self.profile["mode"] == INTERRUPTION_MODE
         self.lost_mode = self.profile["mode"] == LOST_MODE
         self.cleanup = self.profile["mode"] == CLEANUP_MODE
+        self.inflight = self.profile["mode"] == INFLIGHT_MODE
+        self.survival_rounds = None  # installed-inflight-dma: where the rounds after the fault are recorded
         self.survivor = case.get("survivor", False)
+        # installed-memory-cleanup (memory_cleanup.py): a fresh engine replacing one in the same process, and the
+        # source's data MRs open to memory-window binds.
+        self.replacement = False
+        self.binds_window = False
         if "reuse_epoch" in self.defects:
             # The defect: an epoch derived from the registration, so every process of it has the same one.
             digest = hashlib.sha256(case["registration_id"].encode()).digest()
@@ -187,6 +193,8 @@ class Engine:
         self.rounds_failed_checks = False
         self.doc["epoch"] = self.epoch
         self.doc["restart"] = self.restart_record() if self.restart else None
+        if self.inflight:
+            self.doc["inflight"] = {"round": ROUNDS + 1, "survival": []}  # filled by inflight.py
         self.doc["verbs_library"] = provider.record()
         self.doc["workload"] = {
             "parents": self.parents,
@@ -251,7 +259,7 @@ class Engine:
         # Persistent MRs on every context, whatever the mask (mr_one_context: only enabled rails).
         if "mr_one_context" not in self.defects or rail in self.enabled_rails:
             # installed-interruption: the source binds a memory window over its data MR to grant a round.
-            access = DATA_ACCESS | ACCESS_MW_BIND if self.interruption else DATA_ACCESS
+            access = DATA_ACCESS | ACCESS_MW_BIND if self.interruption or self.binds_window else DATA_ACCESS
             entry["mrs"]["data"] = ctx.reg_mr(entry["pd"], self.arena, "data", access)
             entry["mrs"]["ctrl"] = ctx.reg_mr(entry["pd"], entry["ctrl"], "ctrl")
         self.doc["rails"].append({
@@ -431,7 +439,7 @@ class Engine:
             "device": self.device_counters(rnd.device_before),
             "errors": [],
         }
-        self.doc["rounds"].append(record)
+        (self.doc["rounds"] if self.survival_rounds is None else self.survival_rounds).append(record)
         return record
 
     def native_snapshot(self):
@@ -467,10 +475,11 @@ class Engine:
 
     # ------------------------------------------------------------------ lost completions (docs/lost_completion.md)
 
-    def recover_lost(self, qps, drain):
+    def recover_lost(self, qps, drain, when="restart"):
         """The survivor after its peer died while completions were lost: every affected QP is destroyed first,
         each destroy a receipt (result and time), and only then ``drain()`` releases what the engine still owns
-        (SQ debt, loans, grants) and returns its receipt. drain_before_destroy: the drain comes first."""
+        (SQ debt, loans, grants) and returns its receipt; ``when``: the QP records' destroyed_round.
+        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first."""
         steps = []
 
         def destroy_all():
@@ -478,7 +487,7 @@ class Engine:
                 if not qp.live:
                     continue
                 try:
-                    self.destroy_qp(qp, "restart")
+                    self.destroy_qp(qp, when)
                     result = "Ok"
                 except VerbsError as exc:
                     result = f"Failed: {exc}"
@@ -491,8 +500,8 @@ class Engine:
             record.update(step=len(steps), at=time.time(), action="drain", provider_qps=self.provider.held()["qp"])
             steps.append(record)
 
-        for action in ((drain_all, destroy_all) if "drain_before_destroy" in self.defects
-                       else (destroy_all, drain_all)):
+        drain_first = "drain_before_destroy" in self.defects or "inflight_drain_first" in self.defects
+        for action in ((drain_all, destroy_all) if drain_first else (destroy_all, drain_all)):
             action()
         self.forget_qps()
         return {"affected_qps": sorted(qp.qpn for qp in qps), "steps": steps}
@@ -737,7 +746,7 @@ class Engine:
         # The provider's own count is the second witness of what stayed held.
         held = self.provider.held()
         record["provider_held"] = held
-        if sum(held.values()) != record["retained_owners"]:
+        if sum(held.values()) != record["retained_owners"] + self.held_elsewhere():
             record["errors"].append(EngineError(
                 "Internal", "close", f"the resource table holds {record['retained_owners']} owner(s), the verbs "
                 f"provider {held}").as_dict())
@@ -745,6 +754,11 @@ class Engine:
             self._render_contexts()
         self.doc["teardown"] = record
         return record
+
+    def held_elsewhere(self):
+        """Provider objects of this process that another engine still owns (installed-memory-cleanup: the old
+        engine's quarantine), so the provider's process-wide count is this engine's plus these."""
+        return 0
 
     def abort(self):
         """After a failure: stop the rendezvous and release what is still held, so the ledger says what stayed."""

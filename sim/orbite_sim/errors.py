@@ -20,6 +20,8 @@ ERROR_NAMES = (
     "CheckFailed",
     "InvalidArgument",
     "Internal",
+    # A WR of the batch completed in error (installed-inflight-dma: the QP went to ERR part way through its copy).
+    "TransferFailed",
 )
 REMOTE_EFFECTS = ("None", "Unknown", "Applied")
 

@@ -15,7 +15,7 @@ import select
 import time
 import weakref
 
-from . import wire
+from . import inflight, wire
 from .case import parse_address
 from .content import RoundInput, region_offset
 from .engine import (
@@ -89,6 +89,8 @@ class RequesterEngine(Engine):
             for round_no in range(1, ROUNDS + 1):
                 self.run_round(round_no)
                 self.checkpoint()
+            if self.inflight:
+                inflight.run_requester(self)
             if not self.restart or self.generation >= self.generations:
                 break
             if self.interruption:
@@ -128,8 +130,8 @@ class RequesterEngine(Engine):
                 self.open_segment()
                 return
             except EngineError as exc:
-                if exc.error != "PeerLost" or self.generation == self.case["generation"] \
-                        or time.monotonic() > deadline:
+                first = self.generation == self.case["generation"] and not self.replacement
+                if exc.error != "PeerLost" or first or time.monotonic() > deadline:
                     raise
                 self.rv.close()
                 time.sleep(0.05)
@@ -218,6 +220,9 @@ class RequesterEngine(Engine):
             if "payload_over_rendezvous" in self.defects:
                 self.ship_payload_over_rendezvous(round_no)
 
+        window = ready.get("window")  # installed-memory-cleanup (mw): the grant is a window bound over the source's MR
+        if window:
+            self.remote = {qpn: (addr, int(window["rkey"])) for qpn, (addr, _rkey) in self.remote.items()}
         # The grants the source issued for this round (ROUND_READY): held until ROUND_DRAINED takes them back.
         self.held_grants = {int(p) for p in ready.get("grants", [])}
         received = sorted(self.held_grants)

@@ -18,6 +18,7 @@ from .errors import (
     EngineError,
 )
 from .ledger import Ledger
+from .memory_cleanup import MemoryCleanupProcess, is_memory_mode
 from .requester import RequesterEngine
 from .source import SourceEngine
 from .verbs import load as load_verbs
@@ -89,7 +90,10 @@ def main(argv=None):
         return engine.ledger if engine is not None else ledger
 
     try:
-        engine = (SourceEngine if case["role"] == "source" else RequesterEngine)(case, output, ledger, provider)
+        if is_memory_mode(case):  # two engines in one process (docs/memory_cleanup.md)
+            engine = MemoryCleanupProcess(case, output, ledger, provider)
+        else:
+            engine = (SourceEngine if case["role"] == "source" else RequesterEngine)(case, output, ledger, provider)
         engine.run()
         if engine.rounds_failed_checks or (current().doc["teardown"] or {}).get("retained_owners", 0):
             code = EXIT_CHECK_FAILED

@@ -12,7 +12,7 @@ requester's one-sided operations are served by the verbs provider straight from/
 import os
 import time
 
-from . import content, wire
+from . import content, inflight, wire
 from .case import format_address, parse_address
 from .engine import (
     BIND_WR_ID,
@@ -86,6 +86,10 @@ class SourceEngine(Engine):
     def forget_qps(self):
         self.by_qpn = {}
 
+    def ready_extras(self):
+        """More ROUND_READY fields (installed-memory-cleanup mw: the memory window the grant is bound to)."""
+        return {}
+
     def accept_segment(self):
         hello = self.rv.recv(self.timeouts["connect_s"], ["HELLO"])
         self.rv.peer_epoch = hello["epoch"]
@@ -124,6 +128,11 @@ class SourceEngine(Engine):
                 self.grant_cleanup_round(msg)
             elif kind == "ROUND_BEGIN":
                 self.begin_round(msg, rnd)
+            elif kind == "ROUND_DONE" and self.inflight and self.round_no == inflight.FAULT_ROUND:
+                inflight.finish_source_fault_round(self, msg, rnd)
+                rnd = Round(self.round_no + 1)
+                self.mark_counters(rnd)
+                self.checkpoint()
             elif kind == "ROUND_DONE":
                 self.finish_round(msg, rnd)
                 rnd = Round(self.round_no + 1)
@@ -182,7 +191,7 @@ class SourceEngine(Engine):
             rnd.seed, rnd.origin = int(msg["input_seed"]), "peer"
         self.grants = {int(p["parent"]) for p in msg["parents"]}
         rnd.issued = sorted(self.grants)
-        self.rv.send("ROUND_READY", round=round_no, input_seed=rnd.seed, grants=rnd.issued)
+        self.rv.send("ROUND_READY", round=round_no, input_seed=rnd.seed, grants=rnd.issued, **self.ready_extras())
         if self.operation == "read" and "payload_over_rendezvous" in self.defects:
             self.ship_payload_over_rendezvous(round_no)
 
@@ -216,13 +225,13 @@ class SourceEngine(Engine):
         self.rv.send("ROUND_READY", round=HELD_ROUND, grant=grant)
         self.held["ready_sent_at"] = time.time()
 
-    def _reap_bind(self, cq, qp):
+    def _reap_bind(self, cq, qp, bind_wr_id=BIND_WR_ID + HELD_ROUND):
         """The bind is a send-queue operation: its completion, polled here, says whether the window is bound."""
         deadline = time.monotonic() + self.timeouts["connect_s"]
         while time.monotonic() < deadline:
             for wr_id, status, _len, _qpn in cq.poll(1):
                 qp.retire()
-                if wr_id == BIND_WR_ID + HELD_ROUND:
+                if wr_id == bind_wr_id:
                     return WC_STATUS_NAMES.get(status, str(status))
             time.sleep(0.001)
         raise EngineError("Timeout", "submit", "the memory-window bind did not complete")

@@ -188,6 +188,7 @@ _SIGNATURES = {
     "orbite_provider_counter": (ctypes.c_longlong, [ctypes.c_char_p]),
     "orbite_provider_ctx_counter": (ctypes.c_longlong, [vp, ctypes.c_char_p]),
     "orbite_provider_qp_outstanding": (ctypes.c_long, [vp]),
+    "orbite_provider_key_query": (ctypes.c_long, [vp, c_u32, ctypes.c_char_p]),
 }
 
 
@@ -409,6 +410,14 @@ class Context(_Owner):
         if not self.live:
             raise VerbsError("orbite_provider_ctx_counter", 0, f"{self.device}: the context is closed")
         return {name: self.lib.orbite_provider_ctx_counter(self.ptr, name.encode()) for name in DEVICE_COUNTERS}
+
+    def key_query(self, key):
+        """The provider's key domain on this context for ``key`` (a real query, independent of any handle the
+        engine holds): the live object behind it ("mr", "mw" or None), its bound windows and its length."""
+        kind = {1: "mr", 2: "mw"}.get(self.lib.orbite_provider_key_query(self.ptr, key, b"kind"))
+        return {"key": key, "kind": kind,
+                "windows": self.lib.orbite_provider_key_query(self.ptr, key, b"windows") if kind else None,
+                "length": self.lib.orbite_provider_key_query(self.ptr, key, b"length") if kind else None}
 
     def alloc_pd(self):
         return ProtectionDomain(self)

@@ -28,7 +28,7 @@ MODES = [("ih", "installed_host", {}), ("ra", "rail_accounting", {}),
          ("rr", "rail_accounting", {"orbite_source": "sim-b", "orbite_requester": "sim-a"}),
          ("rd", "rail_accounting", {"orbite_profile_file": "rail_accounting_discovery.json"}),
          ("rs", "restart", {}), ("in", "interruption", {}), ("lc", "lost_completion", {}),
-         ("cf", "cleanup_failure", {})]
+         ("cf", "cleanup_failure", {}), ("id", "inflight_dma", {}), ("mc", "memory_cleanup", {})]
 NOT_GATES = {"qualification", "preflight", "fleet", "fleet_merge", "compare", "build", "sim_lab"}
 
 DUMP = """
@@ -65,9 +65,6 @@ def test_every_mode_playbook_is_planned(repo_root):
     text = (repo_root / "playbooks" / "qualification.yml").read_text()
     planned = re.findall(r"^      - \{plan: (\w+)", text, re.MULTILINE)
     assert planned == [name for _, name, _ in MODES], planned
-    # The two modes being built elsewhere have their one-line slot, commented until their playbooks land.
-    for slot in ("inflight_dma", "memory_cleanup"):
-        assert f"      # - {{plan: {slot}}}" in text, slot
 
 
 def test_check_mode_plans_every_case_of_every_mode_with_its_profile(repo_root, ansible_env, tmp_path):
@@ -97,16 +94,17 @@ def test_check_mode_plans_every_case_of_every_mode_with_its_profile(repo_root, a
     assert planned == expected  # the same profile and workload per case as its mode playbook plans it
     modes = {c["profile"]["mode"] for c in planned}
     assert modes == {"installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
-                     "installed-lost-completion", "installed-cleanup-failure"}
+                     "installed-lost-completion", "installed-cleanup-failure", "installed-inflight-dma",
+                     "installed-memory-cleanup"}  # the seed's eight profiles
     assert {c["id"] for c in planned if c["profile"].get("discovery") == "auto"} == {"rd-read-polling",
                                                                                       "rd-write-events"}
-    assert len(planned) == 22
+    assert len(planned) == 30
     reversed_ = {c["id"]: (c["profile"]["source"], c["profile"]["requester"]) for c in planned if c["id"][:3] == "rr-"}
     assert reversed_ == {"rr-read-polling": ("sim-b", "sim-a"), "rr-write-events": ("sim-b", "sim-a")}
     assert {(c["profile"]["source"], c["profile"]["requester"]) for c in planned if c["id"][:3] != "rr-"} == {
         ("sim-a", "sim-b")}
     out_text = " ".join(result.stdout.split())
-    assert "preflight passed (profile valid, 22 case(s) planned: ih-read-polling, ra-read-polling" in out_text
+    assert "preflight passed (profile valid, 30 case(s) planned: ih-read-polling, ra-read-polling" in out_text
 
 
 def test_a_profile_given_to_the_whole_gate_is_refused_by_name(repo_root, ansible_env, tmp_path):

@@ -30,9 +30,10 @@ MIB = 1 << 20
 
 BASE = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu",
         "transport": "rdma", "operation": "read", "rdma_events": False}
-# Rule groups only the restart-roles fault modes apply; their own tests run them (tests/unit/sim/
-# test_sim_restart.py, test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py).
-FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup")
+# Rule groups only the fault modes apply; their own tests run them (tests/unit/sim/test_sim_restart.py,
+# test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py, test_sim_inflight_dma.py,
+# test_sim_memory_cleanup.py).
+FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup", "inflight_dma", "memory_cleanup")
 
 RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, payload=4194305, block=MIB,
                        num_lanes=1, mask=3, generations=1)
@@ -82,7 +83,7 @@ def _save_inventory(root, path):
     Path(path).write_text(json.dumps(sysfs_inventory.read_inventory(root), sort_keys=True))
 
 
-def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None, log_format="binary"):
+def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None, log_format="binary", preload=True):
     """Run source then requester, each as a child of a real lock supervisor on its fake host, the
     way the gate does; return the case directory (ledgers under <role>/g1/, journals under <role>/).
     ``runner``: the plan's runner entry (default the simulated runner's zipapp run by the interpreter;
@@ -97,6 +98,13 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None, lo
     roots = make_hosts()
     case_dir = run_dir / "cases" / case_id
     observers = ["accounting"] if profile["mode"] in ("installed-rail-accounting",) else []
+    armed = {}
+    if profile["mode"] == "installed-inflight-dma":  # the profile model's observer and how it arms it
+        from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+
+        chosen = [o for o in model.derive_workload(profile)["observers"] if o["role"] == "requester"]
+        observers = [o["tool"] for o in chosen] if preload else []
+        armed = {k: v for o in chosen for k, v in o.get("env", {}).items()}
     registrations = {role: f"{run_id}-{case_id}-{role}" for role in ("source", "requester")}
     runner = dict(runner or sim_runner())
     plan_artifacts = artifacts(runner)
@@ -123,6 +131,7 @@ def run_pair(run_dir, case_id, profile, defects=(), timeout=120, runner=None, lo
                 # As the gate does (_run/launch.py): binary records by default, the name saying the format.
                 env["ORBITE_OBSERVER_LOG"] = str(out / observer_log.file_name(tools[0], log_format))
                 env["ORBITE_OBSERVER_LOG_FORMAT"] = log_format
+                env.update(armed)
             argv = [runner["path"], "--case", str(out / "case.json"), "--output", str(out)]
             if runner["kind"] == "sim":
                 argv.insert(0, sys.executable)

@@ -20,7 +20,7 @@ library paths are absolute (they are the build host's resolution)::
      "lockfile": {"path": "consumer/Cargo.lock", "sha256": "..."},
      "binary": {"path": "installed/bin/orbite-rdma-host", "sha256": "..."},
      "observers": {"accounting": {"path": "observers/liborbite_accounting.so", "sha256": "..."},
-                   "cq_fault": null, "uverbs_fault": null},
+                   "cq_fault": null, "uverbs_fault": null, "inflight_fault": null},
      "observers_absent_reason": null,
      "native_libraries": [{"soname": "libc.so.6", "path": "/lib/x86_64-linux-gnu/libc.so.6",
                            "sha256": "..."}],
@@ -50,7 +50,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned 
 SCHEMA = "orbite.installation-manifest"
 VERSION = 1
 PROTOCOL = "orbite-installed-host-v4"
-OBSERVER_TOOLS = ("accounting", "cq_fault", "uverbs_fault")
+OBSERVER_TOOLS = ("accounting", "cq_fault", "uverbs_fault", "inflight_fault")
 PROTOCOL_TIMEOUT = 10
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -64,6 +64,11 @@ RAIL_ACCOUNTING_MIN_OUTSTANDING_PER_RAIL_QP = 2
 LOST_COMPLETION_PAYLOAD = 1 * MIB
 LOST_COMPLETION_SHAPES = ((8, 1), (16, 3))  # (parents, num_lanes)
 
+# installed-inflight-dma (docs/inflight_dma.md): the rounds both engines run after the interrupted one, and the
+# smallest payload whose copy can stop part way (some bytes landed, some not).
+INFLIGHT_SURVIVAL_ROUNDS = 3
+INFLIGHT_MIN_PAYLOAD = 2
+
 MODES = (
     "installed-host",
     "installed-rail-accounting",
@@ -86,7 +91,7 @@ _OBSERVERS = {
     "installed-rail-accounting": ("accounting", "requester"),
     "installed-lost-completion": ("cq_fault", "requester"),
     "installed-cleanup-failure": ("uverbs_fault", "requester"),
-    "installed-inflight-dma": ("accounting", "requester"),
+    "installed-inflight-dma": ("inflight_fault", "requester"),
     "installed-memory-cleanup": ("uverbs_fault", "fault_role"),
     # The survivor's log witnesses its stale-epoch attempts (docs/restart.md): one process, one log.
     "installed-restart": ("accounting", "survivor"),
@@ -115,6 +120,11 @@ PROVOKED_ERRORS = {
     "installed-cleanup-failure": (("EpochMismatch", "open_segment"), ("EpochMismatch", "submit"),
                                   ("Timeout", "wait"), ("Unquiesced", "close"), ("BatchBusy", "free"),
                                   ("Unquiesced", "write")),
+    # docs/memory_cleanup.md: the fault role's failed dereg_mr / dealloc_mw (the old engine's close fails
+    # Unquiesced); the fresh engines' refusals of the old epochs are in their own section.
+    "installed-memory-cleanup": (("Unquiesced", "close"),),
+    # docs/inflight_dma.md: the interrupted WR's batch fails (its wait sees the error completion).
+    "installed-inflight-dma": (("TransferFailed", "wait"),),
 }
 
 # The strict GID index the separate engine of `discovery: auto` requests (docs/runner-contract.md §6).
@@ -716,6 +726,9 @@ def _rules_inflight_dma(p, v):
     _one_of(mode, p, v, "num_lanes", (1,))
     _one_of(mode, p, v, "mask", (1, 2), " (one rail)")
     _block_cap(mode, p, v, INFLIGHT_MAX_BLOCK)
+    if isinstance(p.get("payload"), int) and 0 < p["payload"] < INFLIGHT_MIN_PAYLOAD:
+        v.append(Violation(_code(mode, "payload", "min"), "payload", p["payload"],
+                           f"must be at least {INFLIGHT_MIN_PAYLOAD} in mode {mode}: the copy stops part way"))
     if "payload" in p and "block" in p and p["payload"] != p["block"]:
         v.append(
             Violation(
@@ -842,6 +855,11 @@ def derive_workload(profile: dict) -> dict:
             observers[-1]["env"] = cq_fault_env(parents * slices)
         if profile["mode"] == "installed-cleanup-failure":
             observers[-1].update(_cleanup_fault(profile, parents * slices))
+        if profile["mode"] == "installed-memory-cleanup":
+            # docs/memory_cleanup.md: the first dereg_mr / dealloc_mw of the fault role's process fails EIO.
+            observers[-1]["env"] = {"ORBITE_UVERBS_FAULT_KIND": profile["cleanup_kind"]}
+        if tool == "inflight_fault":
+            observers[-1]["env"] = inflight_fault_env(parents * slices, payload)
 
     workload = {
         "protocol": PROTOCOL,
@@ -879,6 +897,20 @@ def cq_fault_env(wrs_per_round: int) -> dict:
     after them, in every generation of the process (a survivor lives through several)."""
     return {"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": str(ROUNDS_PER_GENERATION * wrs_per_round),
             "ORBITE_CQ_FAULT_LIMIT": str(wrs_per_round), "ORBITE_CQ_FAULT_REPEAT": "1"}
+
+
+def inflight_stall_bytes(payload: int) -> int:
+    """installed-inflight-dma: where the interrupted WR's copy stops (bytes landed before the QP goes to ERR): inside
+    the payload and off any chunk or page boundary, so a copy cut at the wrong place cannot match."""
+    return max(1, min(payload - 1, payload // 2 + 4099))
+
+
+def inflight_fault_env(wrs_per_round: int, payload: int) -> dict:
+    """installed-inflight-dma (docs/inflight_dma.md): the inflight_fault observer armed on the requester passes the
+    three healthy rounds' payload WRs and interrupts the next one at ``inflight_stall_bytes``."""
+    return {"ORBITE_INFLIGHT_FAULT_ARMED": "1",
+            "ORBITE_INFLIGHT_FAULT_SKIP": str(ROUNDS_PER_GENERATION * wrs_per_round),
+            "ORBITE_INFLIGHT_FAULT_BYTES": str(inflight_stall_bytes(payload))}
 
 
 def _cleanup_fault(profile, wrs_per_round):

@@ -9,7 +9,7 @@ read-only collection works) and writes ``<out_dir>/manifest.json``, rehashed eve
     {"schema": "orbite.sim-native", "version": 1,
      "verbs_library": {"path": "<out>/provider/libibverbs.so.1", "sha256": "<64 hex>"},
      "observers": {"accounting": {"path": "<out>/liborbite_accounting.so", "sha256": "..."},
-                   "cq_fault": {...}, "uverbs_fault": {...}}}
+                   "cq_fault": {...}, "uverbs_fault": {...}, "inflight_fault": {...}}}
 
 The gate pins the simulated runner's verbs library and preloaded observers to these hashes.
 Concurrent builds into one ``out_dir`` (a lab set-up and a test run) take turns on a lock file.
@@ -31,7 +31,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 SCHEMA = "orbite.sim-native"
 VERSION = 1
 MANIFEST = "manifest.json"
-TOOLS = ("accounting", "cq_fault", "uverbs_fault")
+TOOLS = ("accounting", "cq_fault", "uverbs_fault", "inflight_fault")
 VERBS_LIBRARY = os.path.join("provider", "libibverbs.so.1")
 BUILD_TIMEOUT_S = 600
 # make's output is kept to its end: the headers check names the missing package there.

@@ -14,6 +14,7 @@ import hashlib
 
 GUARD_BYTES = 4096  # G: guard before and after every parent's payload
 PARENT_SHIFT = 8  # offset between two parents' windows of the round stream
+POISON = 0xA5  # what a destination payload byte holds before the round (docs/content.md)
 _DOMAIN = b"orbite-sim-input"
 _GUARD_DOMAIN = b"orbite-sim-guard"
 

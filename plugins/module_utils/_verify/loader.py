@@ -296,7 +296,14 @@ _OBS_LINE = {
     "withheld": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT},
     "data": {"qpn": INT, "wr_id": INT, "sge": INT, "off": INT, "len": INT, "mr_len": INT, "flags": INT},
     "destroy": {"kind": STR, "errno": INT, "injected": BOOL, "retry": BOOL},
-    "not_armed": {"reason": STR},  # uverbs_fault: why it refused to arm (docs/observers.md)
+    "not_armed": {"reason": STR},  # uverbs_fault, inflight_fault: why it refused to arm (docs/observers.md)
+    # inflight_fault (docs/inflight_dma.md): the interrupted WR, its error completion, its QP's destroy.
+    "inflight_fault": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "opcode": STR, "bytes": INT,
+                       "stall_bytes": INT, "stalled": INT, "landed_local": INT, "modify_qp": INT, "state_before": INT,
+                       "state_after": INT, "port_state_before": INT, "port_state_after": INT, "post_ret": INT},
+    "inflight_cqe": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "status": INT, "status_name": STR,
+                     "byte_len": INT},
+    "inflight_destroy": {"qpn": INT, "ret": INT, "after_cqe": INT},
     "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
 }
 _OBS_FAST = {kind: _fast_check(shape) for kind, shape in _OBS_LINE.items()}
@@ -482,7 +489,7 @@ def _text_event(log, where, record):
     """Check a destroy, not_armed or summary event found at ``where`` ("line 3", "records 4-5"); a ReceiptProblem
     or None."""
     kind = record.get("ev")
-    if kind not in ("destroy", "not_armed", "summary"):
+    if kind not in ("destroy", "not_armed", "summary", "inflight_fault", "inflight_cqe", "inflight_destroy"):
         return ReceiptProblem("receipt.shape", log.path, f"{where}: unknown event {kind!r}")
     fast = _OBS_FAST[kind]  # None for a one-field shape (not_armed): the full walk
     if fast is None or not fast(record):

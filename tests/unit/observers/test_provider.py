@@ -8,6 +8,7 @@ scenario and checks every byte itself.  The observers preloaded here are the rea
 and ephemeral ports only: no fixed port, so nothing collides with a simulated lab.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -117,9 +118,8 @@ class Pair:
 def _env(build, root, preload=(), extra=None, leaks=True):
     env = dict(os.environ, LD_LIBRARY_PATH=str(build.provider), ORBITE_PROVIDER_ROOT=str(root))
     for key in list(env):
-        if key.startswith(("ORBITE_UVERBS_FAULT", "ORBITE_CQ_FAULT", "ORBITE_PROVIDER_")) and key != (
-            "ORBITE_PROVIDER_ROOT"
-        ):
+        faults = ("ORBITE_UVERBS_FAULT", "ORBITE_CQ_FAULT", "ORBITE_INFLIGHT_FAULT", "ORBITE_PROVIDER_")
+        if key.startswith(faults) and key != "ORBITE_PROVIDER_ROOT":
             del env[key]
     env.pop("LD_PRELOAD", None)
     preload = [str(build.observer(tool)) for tool in preload]
@@ -225,6 +225,9 @@ _CTYPES_SMOKE = textwrap.dedent(
     lib.orbite_provider_held.argtypes = [ctypes.c_char_p]
     held = lambda: {k: lib.orbite_provider_held(k.encode()) for k in
                     ("ctx", "pd", "mr", "mw", "cq", "channel", "qp")}
+    lib.orbite_provider_key_query.restype = ctypes.c_long
+    lib.orbite_provider_key_query.argtypes = [vp, ctypes.c_uint32, ctypes.c_char_p]
+    query = lambda key: [lib.orbite_provider_key_query(ctx, key, w) for w in (b"kind", b"windows", b"length")]
 
     class MR(ctypes.Structure):  # struct ibv_mr
         _fields_ = [("context", vp), ("pd", vp), ("addr", vp), ("length", ctypes.c_size_t),
@@ -245,8 +248,12 @@ _CTYPES_SMOKE = textwrap.dedent(
     during = held()
     bad = lib.ibv_reg_mr(pd, ctypes.addressof(buf), len(buf), 2)  # REMOTE_WRITE without LOCAL_WRITE
     bad_errno = ctypes.get_errno()
-    assert lib.ibv_dereg_mr(mr) == 0 and lib.ibv_dealloc_pd(pd) == 0 and lib.ibv_close_device(ctx) == 0
-    print(json.dumps({"names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
+    key_live = query(m.lkey)
+    assert lib.ibv_dereg_mr(mr) == 0
+    key_released = query(m.lkey)
+    assert lib.ibv_dealloc_pd(pd) == 0 and lib.ibv_close_device(ctx) == 0
+    print(json.dumps({"key_live": key_live, "key_released": key_released,
+                      "names": names, "guid": guid, "gid": bytes(gid).hex(), "lkey": m.lkey, "rkey": m.rkey,
                       "length": m.length, "addr_ok": m.addr == ctypes.addressof(buf),
                       "held_during": during, "held_after": held(), "bad": bad, "bad_errno": bad_errno}))
     """
@@ -273,6 +280,8 @@ def test_ctypes_opens_a_device_and_registers_memory(plain, hosts):
     assert got["held_during"] == {"ctx": 1, "pd": 1, "mr": 1, "mw": 0, "cq": 0, "channel": 0, "qp": 0}
     assert got["held_after"] == dict.fromkeys(HELD, 0)
     assert got["bad"] is None and got["bad_errno"] == 22
+    # orbite_provider_key_query: the key domain answers for the live MR (kind 1, no window, its length), not after
+    assert got["key_live"] == [1, 0, 1 << 16] and got["key_released"] == [0, -1, -1]
 
 
 def test_a_device_whose_gid_addresses_are_not_local_names_them(plain, tmp_path):
@@ -609,3 +618,52 @@ def test_cq_fault_withholds_completions_the_provider_really_delivered(build, hos
     assert observed["reads_landed"] is True and observed["wr_completed"] == 12
     assert withheld <= set(_driver_wrs(pair))
     assert not withheld & {(c["qpn"], c["wr_id"]) for c in pair.ops("cqe")}
+
+
+def _driver_pattern(seed, length):
+    """prov_common.h pattern(seed, i) for i < length: the driver's seeded content."""
+    mask, mixed = (1 << 64) - 1, (seed << 32) | seed
+    out = bytearray(length)
+    for i in range(length):
+        x = (((i + 1) * 0x9E3779B97F4A7C15) & mask) ^ mixed
+        x ^= x >> 29
+        out[i] = ((x * 0xBF58476D1CE4E5B9) & mask) >> 56
+    return bytes(out)
+
+
+@pytest.mark.parametrize("opcode", ["RDMA_READ", "RDMA_WRITE"])
+def test_inflight_fault_stops_the_selected_wr_part_way_with_modify_qp(build, hosts, tmp_path, opcode):
+    stall = (1 << 20) + 4099
+    scenario = "inflight_read" if opcode == "RDMA_READ" else "inflight_write"
+    env = {"ORBITE_INFLIGHT_FAULT_ARMED": "1", "ORBITE_INFLIGHT_FAULT_SKIP": "3",
+           "ORBITE_INFLIGHT_FAULT_BYTES": str(stall)}
+    pair = run_pair(build, hosts, tmp_path, scenario, preload=("inflight_fault",), client_env=env)
+    got = pair.one("inflight")
+    # three healthy WRs, then the fourth flushed with exactly the bytes before the stall point landed
+    assert got["status"] == [SUCCESS, SUCCESS, SUCCESS, WR_FLUSH_ERR]
+    assert (got["landed"], got["dirty"]) == (stall, 0)
+    (fault,) = pair.events("inflight_fault")
+    assert (fault["qpn"], fault["wr_id"], fault["opcode"], fault["bytes"]) == (got["qpn"], 93, opcode, 4 << 20)
+    assert (fault["stall_bytes"], fault["stalled"], fault["modify_qp"], fault["post_ret"]) == (stall, 1, 0, 0)
+    assert (fault["state_before"], fault["state_after"]) == (QPS_RTS, QPS_ERR)
+    assert fault["port_state_before"] == fault["port_state_after"] == 4  # IBV_PORT_ACTIVE: no port touched
+    assert fault["landed_local"] == (stall if opcode == "RDMA_READ" else -1)
+    # the error completion the provider delivered, joined by CQ, QPN and WR ID
+    (cqe,) = pair.events("inflight_cqe")
+    assert (cqe["ctx"], cqe["cq"], cqe["qpn"], cqe["wr_id"]) == (fault["ctx"], fault["cq"], got["qpn"], 93)
+    assert (cqe["status"], cqe["status_name"]) == (WR_FLUSH_ERR, "Work Request Flushed Error")
+    assert [c["status"] for c in pair.events("cqe") if c["wr_id"] == 93] == [WR_FLUSH_ERR]
+    if opcode == "RDMA_READ":  # the local destination at the error CQE: the landed prefix, the rest sentinel
+        want = _driver_pattern(83, stall) + bytes([0x5A]) * ((4 << 20) - stall)  # prov_driver.c: seed 83, SENT_C
+        assert cqe["dest_sha256"] == hashlib.sha256(want).hexdigest()
+    else:
+        assert cqe["dest_sha256"] is None
+    (destroy,) = pair.events("inflight_destroy")
+    assert (destroy["qpn"], destroy["ret"], destroy["after_cqe"]) == (got["qpn"], 0, 1)
+
+
+def test_inflight_fault_not_armed_interrupts_nothing(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "rw", preload=("inflight_fault",),
+                    client_env={"ORBITE_INFLIGHT_FAULT_SKIP": "0", "ORBITE_INFLIGHT_FAULT_BYTES": "7"})
+    assert not pair.events("inflight_fault") and not pair.events("inflight_destroy")
+    assert [e["reason"] for e in pair.events("not_armed")] == ["ORBITE_INFLIGHT_FAULT_ARMED is not 1"]

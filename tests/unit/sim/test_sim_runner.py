@@ -259,7 +259,10 @@ def _run_single(tmp_path, case, env=None):
     (lambda c: c.update(defects=["melt"]), "case field defects[0] = 'melt': must be one of"),
     (lambda c: c.update(rails=c["rails"][:1]), "case field rails"),
     (lambda c: c.update(colour="red"), "case field colour = 'red': is not a case field"),
-    (lambda c: c["profile"].update(mode="installed-inflight-dma"), "profile.mode = 'installed-inflight-dma'"),
+    (lambda c: c["profile"].update(mode="installed-inflight-dma", parents=2), "case field profile.parents = 2: must "
+     "be one of [1] (installed-inflight-dma)"),
+    (lambda c: c.update(defects=["inflight_full_copy"]), "case field defects[0] = 'inflight_full_copy': is an "
+     "installed-inflight-dma switch"),
     (lambda c: c["profile"].update(mode="installed-interruption", fault_role="source", generations=2, payload=70000,
                                    block=65536), "case field profile.payload = 70000: must be <= profile.block"),
     (lambda c: c.update(defects=["free_busy_ok"]), "case field defects[0] = 'free_busy_ok': is an "

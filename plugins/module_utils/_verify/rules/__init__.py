@@ -38,6 +38,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     interruption,
     lost_completion,
     cleanup,
+    memory_cleanup,
+    inflight_dma,
 )
 
 RULES = REGISTRY.rules()

@@ -10,8 +10,8 @@ from itertools import chain
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import ROLES
 
-__all__ = ("MAX_PROBLEMS_SHOWN", "ROLES", "each_ledger", "enabled_rails", "ledger_wrs", "rounds", "runner_starts",
-           "wr_rows")
+__all__ = ("MAX_PROBLEMS_SHOWN", "ROLES", "each_ledger", "enabled_rails", "ledger_wrs", "part", "rounds",
+           "runner_starts", "wr_rows")
 
 MAX_PROBLEMS_SHOWN = 5
 _GENERATION_DIR = re.compile(r"g([1-9][0-9]{0,5})", re.ASCII)
@@ -41,6 +41,12 @@ def wr_rows(columns, indices, names=None):
 def ledger_wrs(ledger, names):
     """{column: values over every round, in round order} of a ledger's WR columns ``names``."""
     return {name: list(chain.from_iterable(rnd["wrs"][name] for rnd in ledger["rounds"])) for name in names}
+
+
+def part(record, key):
+    """``record[key]`` when it is an object, else {} (a receipt part missing or of another type)."""
+    value = record.get(key) if isinstance(record, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 def enabled_rails(case):

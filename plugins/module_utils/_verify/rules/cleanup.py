@@ -21,6 +21,7 @@ from __future__ import annotations
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import WITHHELD
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import part as _part
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._lifecycle import (
     fault_round,
     restart_section,
@@ -42,12 +43,6 @@ def _record(case):
     """(the requester's restart.cleanup record or None, its evidence path)."""
     path = case.ledger_path("requester", FAULT_GENERATION)
     return restart_section(case.ledger("requester", FAULT_GENERATION), "cleanup"), f"{path}#restart.cleanup"
-
-
-def _part(record, key):
-    """``record[key]`` when it is an object, else {} (a receipt part missing or of another type)."""
-    value = record.get(key)
-    return value if isinstance(value, dict) else {}
 
 
 def _log(case):

@@ -13,11 +13,12 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.regis
 # Modes whose fault-specific rules are written: any other mode fails by name (case.mode_unverified)
 # instead of passing on the healthy-path rules alone.
 VERIFIED_MODES = ("installed-host", "installed-rail-accounting", "installed-restart", "installed-interruption",
-                  "installed-lost-completion", "installed-cleanup-failure")
+                  "installed-lost-completion", "installed-cleanup-failure", "installed-inflight-dma",
+                  "installed-memory-cleanup")
 
 
-@applies("fault modes but installed-restart, installed-interruption, installed-lost-completion and "
-         "installed-cleanup-failure (qp)")
+@applies("fault modes but installed-restart, installed-interruption, installed-lost-completion, "
+         "installed-cleanup-failure (qp), installed-inflight-dma and installed-memory-cleanup")
 def unverified_mode(profile, _workload):
     # installed-cleanup-failure's rules cover the default qp kind; cq, channel and pd are not verified yet.
     return profile["mode"] not in VERIFIED_MODES or (

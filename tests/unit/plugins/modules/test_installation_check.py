@@ -46,7 +46,7 @@ def world(tmp_path):
         "consumer_manifest": {"path": "consumer/Cargo.toml", "sha256": "3" * 64},
         "lockfile": {"path": "consumer/Cargo.lock", "sha256": "4" * 64},
         "binary": {"path": "installed/bin/orbite-rdma-host", "sha256": _sha(binary)},
-        "observers": {"accounting": None, "cq_fault": None, "uverbs_fault": None},
+        "observers": {"accounting": None, "cq_fault": None, "uverbs_fault": None, "inflight_fault": None},
         "observers_absent_reason": "not built in this test", "native_libraries": [],
         "build": {"builder": 1, "fingerprint": "b" * 64},
     }

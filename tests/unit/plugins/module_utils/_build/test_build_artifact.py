@@ -259,7 +259,7 @@ def _fake_observers(tmp_path):
     src = tmp_path / "observers"
     src.mkdir()
     (src / "Makefile").write_text(
-        "OUT ?= build\nTOOLS = accounting cq_fault uverbs_fault\n"
+        "OUT ?= build\nTOOLS = accounting cq_fault uverbs_fault inflight_fault\n"
         'all:\n\tmkdir -p $(OUT)\n\tfor t in $(TOOLS); do echo "fake $$t" > $(OUT)/liborbite_$$t.so; done\n'
     )
     return src
@@ -279,7 +279,8 @@ def test_observers_absent_reasons(tmp_path, monkeypatch):
         "reason": "infiniband/verbs.h not found (rdma-core headers: Debian libibverbs-dev)",
     }
     request = ab.BuildRequest(str(tmp_path), output=str(tmp_path / "out"), observers_dir=str(src))
-    assert ab.build_observers(request, plan) == {"accounting": None, "cq_fault": None, "uverbs_fault": None}
+    assert ab.build_observers(request, plan) == {"accounting": None, "cq_fault": None, "uverbs_fault": None,
+                                                "inflight_fault": None}
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

@@ -165,6 +165,7 @@ RED_CHECKS = [
     ("installed-inflight-dma", {"mask": 3}, "inflight-dma.mask.value"),
     ("installed-inflight-dma", {"block": 32 * MIB, "payload": 32 * MIB}, "inflight-dma.block.cap"),
     ("installed-inflight-dma", {"payload": 4 * MIB - 1}, "inflight-dma.payload.equals_block"),
+    ("installed-inflight-dma", {"payload": 1, "block": 1}, "inflight-dma.payload.min"),
     # memory cleanup
     ("installed-memory-cleanup", {"generations": 2}, "memory-cleanup.generations.value"),
     ("installed-memory-cleanup", {"discovery": "auto"}, "memory-cleanup.discovery.forbidden"),
@@ -310,7 +311,8 @@ def test_one_rail_mask_puts_everything_on_that_rail():
     _, workload = pm.load_and_derive(VALID["installed-memory-cleanup"])
     assert workload["rails"] == [1]
     assert list(workload["per_rail"]) == ["1"]
-    assert workload["observers"] == [{"tool": "uverbs_fault", "role": "requester"}]
+    assert workload["observers"] == [{"tool": "uverbs_fault", "role": "requester",
+                                      "env": {"ORBITE_UVERBS_FAULT_KIND": "mr"}}]
     assert workload["persistent_mr_contexts"] == 2
 
 

@@ -22,7 +22,7 @@ provider:
 \t@mkdir -p $(OUT)/provider
 \t@printf 'provider-$(VERSION)' > $(OUT)/provider/libibverbs.so.1
 all:
-\t@for t in accounting cq_fault uverbs_fault; do printf "$$t" > $(OUT)/liborbite_$$t.so; done
+\t@for t in accounting cq_fault uverbs_fault inflight_fault; do printf "$$t" > $(OUT)/liborbite_$$t.so; done
 """
 BROKEN = """\
 provider all:

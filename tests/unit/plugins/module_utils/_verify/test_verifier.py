@@ -312,8 +312,8 @@ MUTATIONS = {
         for e in events])),
     "digests.guards": ("ra", lambda d: observer_log.edit(_observer_log(d), _lead_guard_changed)),
     "case.mode_unverified": ("ih", lambda d: edit_json(d / "case.json", lambda x: x["profile"].update(
-        mode="installed-inflight-dma", parents=1, payload=65536, block=65536, num_lanes=1, mask=1,
-        operation="write", rdma_events=True))),
+        mode="installed-cleanup-failure", parents=1, payload=65536, block=65536, num_lanes=1, mask=1,
+        cleanup_kind="cq", fault_role="requester", generations=2, operation="write", rdma_events=True))),
 }
 
 
@@ -389,6 +389,12 @@ def test_every_registered_code_has_a_red_check():
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("lost_completion.")}
     # cleanup.*: cleanup-failure defect switches and edited receipts (tests/unit/sim/test_sim_cleanup_failure.py).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("cleanup.")}
+    # memory_cleanup.*: memory-cleanup defect switches and edited receipts (tests/unit/sim/test_sim_memory_cleanup.py,
+    # whose test_every_memory_cleanup_code_has_a_red_check_here holds each code to one of them).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("memory_cleanup.")}
+    # inflight_dma.*: its defect switches, a consistent defect and edited receipts
+    # (tests/unit/sim/test_sim_inflight_dma.py).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("inflight_dma.")}
     assert set(RECEIPT_CODES) <= set(MUTATIONS)
     assert set(REGISTRY.codes()) - (by_defect | set(MUTATIONS) | elsewhere) == set()
 
