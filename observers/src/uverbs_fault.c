@@ -17,9 +17,24 @@
  *   ORBITE_UVERBS_FAULT_DEV         only contexts of this device (all)
  *   ORBITE_UVERBS_FAULT_WRITES      first | all: which descriptors' write()
  *                                   calls are inspected (legacy path; first)
- *   ORBITE_UVERBS_FAULT_WITHHOLD_SKIP  qp only: successful payload
- *                                   completions passed before the one that
- *                                   is withheld (0)
+ *   ORBITE_UVERBS_FAULT_WITHHOLD_SKIP  qp (always), cq and channel (when
+ *                                   set): successful payload completions
+ *                                   passed before the one that is withheld
+ *                                   (0)
+ *   ORBITE_UVERBS_FAULT_DEPENDENCY  1: cq, channel or pd only.  Nothing is
+ *                                   injected: the selected destroy must fail
+ *                                   by itself with the dependent object's
+ *                                   EBUSY (a RESET QP on the CQ, a CQ on the
+ *                                   channel, a type-2 MW on the PD).  The
+ *                                   interposed destroy verb logs the result
+ *                                   it returns (the uverbs command's answer,
+ *                                   or libibverbs' own refcount check for a
+ *                                   channel), and a retry of a failed object
+ *                                   is rejected with EIO without reaching
+ *                                   the library, logged with retry: true.
+ *
+ * A close of an observed context is logged ({"ev":"context_close"}), so a
+ * device closed while one of its objects is retained shows in the log.
  *
  * It refuses to arm when RDMAV_ALLOW_DISASSOC_DESTROY is set: libibverbs then
  * turns a destroy EIO into success and the fault would be invisible.  Why it
@@ -122,6 +137,11 @@ static struct {
 	int fd;
 } failed_channels[MAX_FAILED];
 static int nfailed_channels;
+static int dependency; /* ORBITE_UVERBS_FAULT_DEPENDENCY=1 */
+static int withhold_set; /* ORBITE_UVERBS_FAULT_WITHHOLD_SKIP was given */
+static const void *dep_failed[MAX_FAILED]; /* dependency mode: objects whose destroy failed */
+static int ndep_failed;
+static int dep_commands; /* dependency mode: selected destroy commands the helper let through */
 static int listener = -1;
 static int all_writes;
 static int filter_state; /* 0 not yet, 1 installed, -1 failed */
@@ -299,6 +319,13 @@ static int decide(const struct seccomp_data *d)
 			return 0;
 	}
 	retry = is_failed(fd, kind, handle);
+	if (dependency && kind == sel_kind && !retry) {
+		/* The command goes on to the kernel: its own answer (EBUSY
+		 * from a dependent object) is what the destroy verb returns,
+		 * and the hook logs it there. */
+		dep_commands++;
+		return 0;
+	}
 	if (retry) {
 		inject = EIO; /* the object stays as the failure left it */
 	} else if (kind == sel_kind && ++seen_of_kind == sel_occurrence) {
@@ -449,7 +476,7 @@ static int ensure_filter(int first_cmd_fd)
 		obs_warn("cannot start the helper thread: %s", strerror(rc));
 		return -1;
 	}
-	rc = install_filter(first_cmd_fd, sel_kind == K_CHANNEL);
+	rc = install_filter(first_cmd_fd, sel_kind == K_CHANNEL && !dependency);
 	filter_state = rc ? -1 : 1;
 	filter_done = 1;
 	pthread_cond_broadcast(&listener_ready); /* the helper exits on failure */
@@ -524,10 +551,13 @@ static void uf_context_opened(struct ibv_context *ctx, const char *dev)
 
 static void uf_context_closing(struct ibv_context *ctx)
 {
+	char dev[IBV_SYSFS_NAME_MAX];
 	struct watched *w;
 
 	if (!armed)
 		return;
+	if (ctx_selected(ctx) && obs_context_dev(ctx, dev, sizeof(dev)))
+		obs_log("{\"ev\":\"context_close\",\"dev\":\"%s\"}", dev);
 	pthread_mutex_lock(&wlock);
 	w = find_watched(ctx->cmd_fd, 0);
 	if (w)
@@ -535,11 +565,15 @@ static void uf_context_closing(struct ibv_context *ctx)
 	pthread_mutex_unlock(&wlock);
 }
 
-/* The qp selector first withholds one successful payload completion (on
- * the selected device when ORBITE_UVERBS_FAULT_DEV is set). */
+/* The qp selector, and the cq and channel selectors when a skip is given,
+ * first withhold one successful payload completion (on the selected device
+ * when ORBITE_UVERBS_FAULT_DEV is set). */
 static int uf_withhold(const char *dev)
 {
-	if (!armed || sel_kind != K_QP || withheld_one || (sel_dev && strcmp(dev, sel_dev)))
+	int withholds = sel_kind == K_QP ||
+			((sel_kind == K_CQ || sel_kind == K_CHANNEL) && withhold_set);
+
+	if (!armed || !withholds || withheld_one || (sel_dev && strcmp(dev, sel_dev)))
 		return 0;
 	if (withhold_skip > 0) {
 		withhold_skip--;
@@ -576,6 +610,85 @@ OBS_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
 	return ch;
 }
 
+static int dep_failed_before(const void *obj)
+{
+	int i;
+
+	for (i = 0; i < ndep_failed; i++)
+		if (dep_failed[i] == obj)
+			return 1;
+	return 0;
+}
+
+/* Dependency mode: destroy ``obj`` of the selected kind through ``real`` and
+ * log what it returned (EBUSY from its dependent object, or 0).  A retry of
+ * an object whose destroy failed never reaches the library: it is rejected
+ * with EIO and logged with retry: true. */
+static int dep_destroy(int kind, void *obj, int fd, uint32_t handle, void *real)
+{
+	char h[32];
+	int ret, commands;
+
+	pthread_mutex_lock(&wlock);
+	if (dep_failed_before(obj)) {
+		log_destroy(kind, fd, handle, EIO, 0, 1);
+		pthread_mutex_unlock(&wlock);
+		return EIO;
+	}
+	commands = dep_commands;
+	pthread_mutex_unlock(&wlock);
+
+	if (kind == K_CQ)
+		ret = ((int (*)(struct ibv_cq *))real)(obj);
+	else if (kind == K_PD)
+		ret = ((int (*)(struct ibv_pd *))real)(obj);
+	else
+		ret = ((int (*)(struct ibv_comp_channel *))real)(obj);
+
+	if (kind == K_CHANNEL)
+		snprintf(h, sizeof(h), "%d", fd);
+	else
+		snprintf(h, sizeof(h), "%d:%" PRIu32, fd, handle);
+	pthread_mutex_lock(&wlock);
+	if (ret && ndep_failed < MAX_FAILED)
+		dep_failed[ndep_failed++] = obj;
+	/* A CQ or PD destroy is a uverbs command the helper saw; a channel's
+	 * refcount is checked by libibverbs before any syscall. */
+	obs_log("{\"ev\":\"destroy\",\"kind\":\"%s\",\"handle\":\"%s\","
+		"\"errno\":%d,\"injected\":false,\"retry\":false,\"dependency\":true,"
+		"\"command\":%s}", kinds[kind].name, h, ret,
+		dep_commands > commands ? "true" : "false");
+	pthread_mutex_unlock(&wlock);
+	return ret;
+}
+
+static int ctx_cmd_fd(struct ibv_context *ctx)
+{
+	return ctx ? ctx->cmd_fd : -1;
+}
+
+OBS_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	int (*real)(struct ibv_cq *) = (int (*)(struct ibv_cq *))obs_real("ibv_destroy_cq");
+
+	if (!real)
+		return ENOSYS;
+	if (!armed || !dependency || sel_kind != K_CQ || !ctx_selected(cq->context))
+		return real(cq);
+	return dep_destroy(K_CQ, cq, ctx_cmd_fd(cq->context), cq->handle, (void *)real);
+}
+
+OBS_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	int (*real)(struct ibv_pd *) = (int (*)(struct ibv_pd *))obs_real("ibv_dealloc_pd");
+
+	if (!real)
+		return ENOSYS;
+	if (!armed || !dependency || sel_kind != K_PD || !ctx_selected(pd->context))
+		return real(pd);
+	return dep_destroy(K_PD, pd, ctx_cmd_fd(pd->context), pd->handle, (void *)real);
+}
+
 OBS_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 {
 	int (*real)(struct ibv_comp_channel *) =
@@ -587,6 +700,9 @@ OBS_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 		return ENOSYS;
 	if (!armed || sel_kind != K_CHANNEL)
 		return real(ch);
+	if (dependency)
+		return ch->context && ctx_selected(ch->context) ?
+			       dep_destroy(K_CHANNEL, ch, ch->fd, 0, (void *)real) : real(ch);
 	pthread_mutex_lock(&wlock);
 	for (i = 0; i < nfailed_channels; i++)
 		if (failed_channels[i].ch == ch) {
@@ -622,6 +738,8 @@ OBS_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 static struct obs_hook uf_hooks[] = {
 	{ "ibv_create_comp_channel", (void *)ibv_create_comp_channel, NULL },
 	{ "ibv_destroy_comp_channel", (void *)ibv_destroy_comp_channel, NULL },
+	{ "ibv_destroy_cq", (void *)ibv_destroy_cq, NULL },
+	{ "ibv_dealloc_pd", (void *)ibv_dealloc_pd, NULL },
 	{ NULL, NULL, NULL },
 };
 
@@ -661,6 +779,17 @@ static void uf_init(void)
 		return;
 	}
 	all_writes = writes && !strcmp(writes, "all");
+	withhold_set = getenv("ORBITE_UVERBS_FAULT_WITHHOLD_SKIP") != NULL;
+	writes = getenv("ORBITE_UVERBS_FAULT_DEPENDENCY");
+	if (writes && *writes && strcmp(writes, "0")) {
+		if (strcmp(writes, "1") || (sel_kind != K_CQ && sel_kind != K_CHANNEL && sel_kind != K_PD)) {
+			obs_warn("not armed: ORBITE_UVERBS_FAULT_DEPENDENCY=%s needs 1 and a cq, channel or pd kind",
+				 writes);
+			refuse("ORBITE_UVERBS_FAULT_DEPENDENCY needs 1 and a cq, channel or pd kind");
+			return;
+		}
+		dependency = 1;
+	}
 	sel_dev = (dev && *dev) ? dev : NULL;
 	armed = 1;
 }

@@ -938,6 +938,56 @@ static void sc_ebusy(void)
 	pair_free(&p);
 }
 
+/* ---------------------------------------------------------- dependency -- */
+
+/* Run under the uverbs_fault observer in dependency mode for `kind` (cq,
+ * channel, pd): a dependent object (a RESET QP on the CQ, a CQ on the
+ * channel, a type-2 MW on the PD) makes the destroy fail EBUSY by itself; the
+ * observer rejects the retry (EIO) before it reaches the provider, so the
+ * object stays held. */
+static void sc_dependency(const char *kind)
+{
+	struct ibv_comp_channel *ch = NULL;
+	struct ibv_pd *pd = ibv_alloc_pd(C.e.ctx);
+	struct ibv_qp_init_attr a;
+	struct ibv_cq *cq;
+	long before;
+	int rc = -1, retry = -1;
+
+	CHECK(pd != NULL);
+	if (!strcmp(kind, "channel"))
+		CHECK((ch = ibv_create_comp_channel(C.e.ctx)) != NULL);
+	cq = ibv_create_cq(C.e.ctx, 16, NULL, ch, 0);
+	CHECK(cq != NULL);
+	if (!strcmp(kind, "cq")) {
+		memset(&a, 0, sizeof(a));
+		a.send_cq = a.recv_cq = cq;
+		a.qp_type = IBV_QPT_RC;
+		a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+		a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+		CHECK(ibv_create_qp(pd, &a) != NULL);
+	}
+	if (!strcmp(kind, "pd"))
+		CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_2) != NULL);
+	before = orbite_provider_held(kind);
+	if (!strcmp(kind, "cq")) {
+		rc = ibv_destroy_cq(cq);
+		retry = ibv_destroy_cq(cq);
+	} else if (!strcmp(kind, "channel")) {
+		rc = ibv_destroy_comp_channel(ch);
+		retry = ibv_destroy_comp_channel(ch);
+	} else if (!strcmp(kind, "pd")) {
+		rc = ibv_dealloc_pd(pd);
+		retry = ibv_dealloc_pd(pd);
+	}
+	out("{\"op\":\"dependency\",\"kind\":\"%s\",\"rc\":%d,\"retry_rc\":%d,\"held_before\":%ld,"
+	    "\"held_after\":%ld}", kind, rc, retry, before, orbite_provider_held(kind));
+	/* As sc_destroy: the failed object stays held until the process exits. */
+	CHECK(call(C_BYE, 0, 0, 0, 0).v[0] == 0);
+	out("{\"op\":\"done\"}");
+	exit(0);
+}
+
 /* ------------------------------------------------------------- destroy -- */
 
 /* Run under the uverbs_fault observer armed for `kind`: the selected destroy
@@ -1351,6 +1401,8 @@ int main(int argc, char **argv)
 		sc_ebusy();
 	else if (!strcmp(sc, "destroy") && argc > 5)
 		sc_destroy(argv[5]);
+	else if (!strcmp(sc, "dependency") && argc > 5)
+		sc_dependency(argv[5]);
 	else if (!strcmp(sc, "partial"))
 		sc_partial(0);
 	else if (!strcmp(sc, "partial_env"))

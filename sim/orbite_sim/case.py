@@ -27,8 +27,8 @@ RESTART_MODES = (RESTART_MODE, INTERRUPTION_MODE, LOST_MODE, CLEANUP_MODE)
 # installed-inflight-dma (docs/inflight_dma.md): one generation, one WR interrupted part way, both engines survive.
 INFLIGHT_MODE = "installed-inflight-dma"
 INFLIGHT_MAX_BLOCK = 16 << 20
-# The cleanup kinds this runner implements (the profile model knows cq, channel and pd too).
-CLEANUP_KINDS = ("qp",)
+# The cleanup kinds this runner implements: qp (requester.py), cq, channel and pd (cleanup_kinds.py).
+CLEANUP_KINDS = ("qp", "cq", "channel", "pd")
 # installed-memory-cleanup (docs/memory_cleanup.md): one process per role, two engines in it (the old one's MR or
 # MW release fails, a fresh engine replaces it at the same addresses).
 MEMORY_MODE = "installed-memory-cleanup"
@@ -87,6 +87,8 @@ CLEANUP_DEFECTS = (
     "cpu_write_ok",
     "release_quarantined",
     "drop_charges",
+    "keep_released",
+    "premature_device_close",
 )
 # installed-memory-cleanup only (docs/memory_cleanup.md): each breaks one memory_cleanup rule
 # (tests/unit/sim/test_sim_memory_cleanup.py); the fresh engine accepting an old epoch is the restart
@@ -359,7 +361,10 @@ def _validate_cleanup(p):
         _fail("profile.cleanup_kind", kind, "the simulated runner implements " + ", ".join(CLEANUP_KINDS)
               + " (installed-cleanup-failure)")
     _apply_rules(p, (("fault_role", p["fault_role"] == "requester", "must be 'requester'"),
-                     ("generations", p["generations"] == 2, "must be 2"), *_one_slice_one_rail(p)), CLEANUP_MODE)
+                     ("generations", p["generations"] == 2, "must be 2"), *_one_slice_one_rail(p),
+                     ("rdma_events", kind != "channel" or p["rdma_events"] is True,
+                      "must be true when cleanup_kind is channel (channel failure needs event progress)")),
+                 CLEANUP_MODE)
 
 
 def _one_slice_one_rail(p):

@@ -15,7 +15,7 @@ import select
 import time
 import weakref
 
-from . import inflight, wire
+from . import cleanup_kinds, inflight, wire
 from .case import parse_address
 from .content import RoundInput, region_offset
 from .engine import (
@@ -532,7 +532,10 @@ class RequesterEngine(Engine):
         Unquiesced and not locally drained; free stays busy, CPU writes into its allocation are refused, its SQ,
         byte and batch charges stay held, a repeated close neither retries the destroy nor claims a drain, and
         the quarantine keeps the allocation and the QP after the caller drops its handles (a weak owner and a
-        real ibv_query_qp show it). Everything is recorded in ``restart.cleanup``."""
+        real ibv_query_qp show it). Everything is recorded in ``restart.cleanup``. The cq, channel and pd kinds
+        (dependency failures) are sim/orbite_sim/cleanup_kinds.py's."""
+        if cleanup_kinds.is_dependency_kind(self.profile):
+            return cleanup_kinds.run(self, Allocation, CLEANUP_WR_ID)
         round_no = HELD_ROUND
         rail, lane = self.placement()[0]
         qp = self.live_qps[(rail, lane)]

@@ -302,6 +302,8 @@ class SourceEngine(Engine):
 
     def note_cleanup(self):
         """At the restart point: the cleanup round's grant still unresolved (the requester never returned it)."""
+        if self.held is None and self.profile.get("cleanup_kind") == "pd":  # idle: no cleanup round, no grant
+            self.held = {"round": None, "grants_issued": [], "grants_pending": len(self.grants), "input_seed": None}
         if self.held is None:
             raise protocol_error("restart", "RESTART_POINT before the cleanup round was granted")
         self.held["grants_pending"] = len(self.grants)

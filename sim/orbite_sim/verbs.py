@@ -40,6 +40,7 @@ MTU_1024 = 3
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ = 1, 2, 4
 ACCESS_MW_BIND = 16
 MW_TYPE_1 = 1
+MW_TYPE_2 = 2  # installed-cleanup-failure pd: a type-2 window the fixture keeps on the PD
 WR_RDMA_WRITE, WR_RDMA_READ = 0, 4
 SEND_SIGNALED = 2
 QP_STATE, QP_ACCESS_FLAGS, QP_PKEY_INDEX, QP_PORT, QP_AV, QP_PATH_MTU = 1, 8, 16, 32, 128, 256
@@ -431,8 +432,8 @@ class Context(_Owner):
     def reg_mr(self, pd, buffer, kind, access=None):
         return MemoryRegion(pd, buffer, kind, access)
 
-    def alloc_mw(self, pd):
-        return MemoryWindow(pd)
+    def alloc_mw(self, pd, mw_type=MW_TYPE_1):
+        return MemoryWindow(pd, mw_type)
 
     def create_qp(self, pd, cq, lane, operation, max_send_wr):
         return QueuePair(pd, cq, lane, operation, max_send_wr)
@@ -480,13 +481,14 @@ class MemoryRegion(_Owner):
 
 
 class MemoryWindow(_Owner):
-    """A type-1 memory window: bound over part of an MR (a send-queue operation of a QP) to grant a peer."""
+    """A memory window (type 1 unless asked): bound over part of an MR (a send-queue operation of a QP) to grant
+    a peer."""
 
     kind = "mw"
 
-    def __init__(self, pd):
+    def __init__(self, pd, mw_type=MW_TYPE_1):
         ctx = pd.context
-        ptr = ctx.lib.orbite_ibv_alloc_mw(pd.ptr, MW_TYPE_1)
+        ptr = ctx.lib.orbite_ibv_alloc_mw(pd.ptr, mw_type)
         if not ptr:
             raise VerbsError("ibv_alloc_mw", _errno(), ctx.device)
         self.rkey = MwHead.from_address(ptr).rkey

@@ -98,13 +98,13 @@ def test_check_mode_plans_every_case_of_every_mode_with_its_profile(repo_root, a
                      "installed-memory-cleanup"}  # the seed's eight profiles
     assert {c["id"] for c in planned if c["profile"].get("discovery") == "auto"} == {"rd-read-polling",
                                                                                       "rd-write-events"}
-    assert len(planned) == 30
+    assert len(planned) == 33
     reversed_ = {c["id"]: (c["profile"]["source"], c["profile"]["requester"]) for c in planned if c["id"][:3] == "rr-"}
     assert reversed_ == {"rr-read-polling": ("sim-b", "sim-a"), "rr-write-events": ("sim-b", "sim-a")}
     assert {(c["profile"]["source"], c["profile"]["requester"]) for c in planned if c["id"][:3] != "rr-"} == {
         ("sim-a", "sim-b")}
     out_text = " ".join(result.stdout.split())
-    assert "preflight passed (profile valid, 30 case(s) planned: ih-read-polling, ra-read-polling" in out_text
+    assert "preflight passed (profile valid, 33 case(s) planned: ih-read-polling, ra-read-polling" in out_text
 
 
 def test_a_profile_given_to_the_whole_gate_is_refused_by_name(repo_root, ansible_env, tmp_path):

@@ -85,6 +85,22 @@ TRANSPORTS = ("rdma",)
 FAULT_ROLES = ("source", "requester")
 CLEANUP_FAILURE_KINDS = ("qp", "cq", "channel", "pd")
 MEMORY_CLEANUP_KINDS = ("mr", "mw")
+# installed-cleanup-failure: the kinds whose cleanup round reuses a withheld completion (the pd case is idle).
+CLEANUP_WITHHELD_KINDS = ("qp", "cq", "channel")
+# Seed 000, "CQ, completion-channel and PD dependency failures": per kind, the object whose destroy fails EBUSY,
+# the dependent object the fixture keeps that blocks it, and which owners must stay retained / be released
+# after the fixture drops its handles (provider object kinds; "allocation" is the batch's backing, "grant" the
+# survivor's grant, "sq"/"batch" the quarantined batch's charges). "released" also names what the engine's own
+# quiesce releases on the fault rail: the batch's QP (cq), its QP and engine CQ (channel), every QP, MR, CQ and
+# channel of the rail (pd: "PD and device only").
+CLEANUP_OWNERS = {
+    "cq": {"destroy": "cq", "blocker": "qp", "retained": ("cq", "pd", "ctx", "grant", "sq", "batch", "allocation"),
+           "released": ("qp",)},
+    "channel": {"destroy": "channel", "blocker": "cq", "retained": ("channel", "ctx", "pd", "grant", "allocation"),
+                "released": ("qp", "cq")},
+    "pd": {"destroy": "pd", "blocker": "mw", "retained": ("pd", "ctx"),
+           "released": ("qp", "mr", "cq", "channel", "grant", "batch", "allocation")},
+}
 
 # Which native observer each mode loads, and into which role's runner.
 _OBSERVERS = {
@@ -917,9 +933,12 @@ def _cleanup_fault(profile, wrs_per_round):
     """installed-cleanup-failure (docs/cleanup_failure.md): uverbs_fault is loaded into generation 1's requester
     only (the replacement runs the healthy checks), armed for the profile's cleanup kind; the qp selector lets
     the generation's healthy rounds' completions pass and withholds the next one, the cleanup round's."""
-    env = {"ORBITE_UVERBS_FAULT_KIND": profile["cleanup_kind"]}
-    if profile["cleanup_kind"] == "qp":
+    kind = profile["cleanup_kind"]
+    env = {"ORBITE_UVERBS_FAULT_KIND": kind}
+    if kind in CLEANUP_WITHHELD_KINDS:
         env["ORBITE_UVERBS_FAULT_WITHHOLD_SKIP"] = str(ROUNDS_PER_GENERATION * wrs_per_round)
+    if kind in CLEANUP_OWNERS:  # a dependency failure: observed, never injected (docs/cleanup_failure.md)
+        env["ORBITE_UVERBS_FAULT_DEPENDENCY"] = "1"
     return {"generation": 1, "env": env}
 
 

@@ -304,6 +304,7 @@ _OBS_LINE = {
     "inflight_cqe": {"ctx": STR, "cq": STR, "qpn": INT, "wr_id": INT, "status": INT, "status_name": STR,
                      "byte_len": INT},
     "inflight_destroy": {"qpn": INT, "ret": INT, "after_cqe": INT},
+    "context_close": {"dev": STR},  # uverbs_fault: an observed context was closed (docs/cleanup_failure.md)
     "summary": {"accepted_wrs": INT, "joined": INT, "unjoined": INT, "max_inflight_per_qp": DICT},
 }
 _OBS_FAST = {kind: _fast_check(shape) for kind, shape in _OBS_LINE.items()}
@@ -486,10 +487,11 @@ def _header_problem(header):
 
 
 def _text_event(log, where, record):
-    """Check a destroy, not_armed or summary event found at ``where`` ("line 3", "records 4-5"); a ReceiptProblem
-    or None."""
+    """Check a destroy, not_armed, context_close or summary event found at ``where`` ("line 3", "records 4-5"); a
+    ReceiptProblem or None."""
     kind = record.get("ev")
-    if kind not in ("destroy", "not_armed", "summary", "inflight_fault", "inflight_cqe", "inflight_destroy"):
+    if kind not in ("destroy", "not_armed", "context_close", "summary", "inflight_fault", "inflight_cqe",
+                    "inflight_destroy"):
         return ReceiptProblem("receipt.shape", log.path, f"{where}: unknown event {kind!r}")
     fast = _OBS_FAST[kind]  # None for a one-field shape (not_armed): the full walk
     if fast is None or not fast(record):
@@ -510,7 +512,7 @@ def _exact_ints(record, keys):
 
 
 _EV_CODES = {"wr": WR, "cqe": CQE, "withheld": WITHHELD, "data": DATA, "destroy": TEXT, "not_armed": TEXT,
-             "summary": TEXT + 1}
+             "context_close": TEXT, "summary": TEXT + 1}
 
 
 def _from_json_lines(log, records):

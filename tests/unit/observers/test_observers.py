@@ -98,6 +98,7 @@ def _validate_log_line(obj):
                  "sha256": (str, type(None)), "flags": int},
         "destroy": {"kind": str, "handle": str, "errno": int, "injected": bool, "retry": bool},
         "not_armed": {"reason": str},
+        "context_close": {"dev": str},
         "summary": {
             "accepted_wrs": int,
             "joined": int,
@@ -107,6 +108,8 @@ def _validate_log_line(obj):
         },
     }
     assert ev in shapes, obj
+    if ev == "destroy" and "dependency" in obj:  # dependency mode (cq, channel, pd): the verb's own result
+        shapes["destroy"] = dict(shapes["destroy"], dependency=bool, command=bool)
     assert set(obj) == {"ev", *shapes[ev]}, obj
     for key, typ in shapes[ev].items():
         assert isinstance(obj[key], typ) and not (typ is int and isinstance(obj[key], bool)), (key, obj)

@@ -503,6 +503,25 @@ def test_uverbs_fault_fails_the_real_destroy_command(build, hosts, tmp_path, kin
         assert len(pair.events("withheld")) == 1
 
 
+@pytest.mark.parametrize("kind", ["cq", "channel", "pd"])
+def test_uverbs_fault_observes_a_dependency_ebusy_and_rejects_the_retry(build, hosts, tmp_path, kind):
+    """Dependency mode (docs/cleanup_failure.md): nothing is injected; the destroy fails EBUSY by itself from the
+    dependent object the driver keeps, the observer logs that result (cq, pd: after the uverbs command went
+    through the descriptor) and rejects the retry with EIO without reaching the provider: the object stays."""
+    pair = run_pair(build, hosts, tmp_path, "dependency", kind, preload=("uverbs_fault",),
+                    client_env={"ORBITE_UVERBS_FAULT_KIND": kind, "ORBITE_UVERBS_FAULT_DEPENDENCY": "1"},
+                    leaks=False)  # the failed object and its dependent are held until exit, on purpose
+    result = pair.one("dependency")
+    assert (result["rc"], result["retry_rc"], result["held_after"]) == (EBUSY, EIO, result["held_before"])
+    mine = [e for e in pair.events("destroy") if e["kind"] == kind]
+    # the driver's own teardown destroys its other objects of the kind (logged with errno 0) at the end
+    destroys = [e for e in mine if e["handle"] == mine[0]["handle"]]
+    assert [(e["errno"], e["injected"], e["retry"], e.get("dependency")) for e in destroys] == [
+        (EBUSY, False, False, True), (EIO, False, True, None)]
+    assert destroys[0]["command"] is (kind != "channel")
+    assert all(e["errno"] == 0 for e in mine if e["handle"] != mine[0]["handle"])
+
+
 @pytest.mark.parametrize("layout", ["write", "invoke_write"])
 def test_uverbs_fault_recognises_the_legacy_command_layouts(build, hosts, tmp_path, layout):
     pair = run_pair(

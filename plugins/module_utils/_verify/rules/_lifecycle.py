@@ -46,6 +46,11 @@ def process_generation(profile, role, generation):
     return 1 if roles is not None and role == roles[1] else generation
 
 
+def dependency_cleanup(profile):
+    """installed-cleanup-failure with a dependency kind (cq, channel, pd): a destroy that fails EBUSY by itself."""
+    return profile.get("mode") == CLEANUP_MODE and profile.get("cleanup_kind", "qp") in ("cq", "channel", "pd")
+
+
 def ends_idle(profile, generation):
     """True when the ledgers of ``generation`` end at a restart point (status idle, no exit, no teardown)."""
     return restart_roles(profile) is not None and generation < generations(profile)

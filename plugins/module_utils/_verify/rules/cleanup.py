@@ -11,6 +11,12 @@ fail Unquiesced and not locally drained; free stays busy, CPU writes stay exclud
 charges stay held; a repeated close neither retries the destroy nor claims a drain; after the caller drops
 its handles a weak owner and a real QP query still show the allocation and the QP.
 
+The cq, channel and pd kinds (seed 000, "CQ, completion-channel and PD dependency failures") fail by themselves:
+the fixture's dependent object (a RESET QP on the CQ, an extra CQ on the channel, a type-2 MW on the PD) makes
+the destroy return EBUSY once; the observer injects nothing and logs the destroy verb's result. cq and channel
+reuse the withheld completion (the batch rules above apply); pd is idle. ``cleanup.owners`` holds the
+provider's counts of live objects per kind against the profile model's table of what stays retained.
+
 Witnesses: the observer's own log (what it withheld and which destroys it saw and failed), the profile
 model (one parent, one slice, its bytes), the survivor's ledger (the grant it issued and kept), and the
 requester's ledger, whose word is one witness among these.
@@ -18,6 +24,7 @@ requester's ledger, whose word is one witness among these.
 
 from __future__ import annotations
 
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import WITHHELD
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
@@ -28,6 +35,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
 )
 
 EIO = 5
+EBUSY = 16
+MRS_PER_CONTEXT = 2  # a data MR and a ctrl MR per context (docs/runner-contract.md section 4)
 TOOL = "uverbs_fault"
 FAULT_GENERATION = 1
 # QP states in which a queried QP still exists (a destroyed one cannot be queried at all).
@@ -37,6 +46,35 @@ LIVE_QP_STATES = ("RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR")
 @applies("installed-cleanup-failure")
 def cleanup_mode(profile, _workload):
     return profile.get("mode") == lifecycle.CLEANUP_MODE
+
+
+def _kind(profile):
+    return profile.get("cleanup_kind", "qp")
+
+
+@applies("installed-cleanup-failure, cleanup_kind qp")
+def qp_kind(profile, _workload):
+    return cleanup_mode(profile, _workload) and _kind(profile) == "qp"
+
+
+@applies("installed-cleanup-failure, cleanup_kind qp, cq or channel")
+def withheld_kind(profile, _workload):
+    return cleanup_mode(profile, _workload) and _kind(profile) in model.CLEANUP_WITHHELD_KINDS
+
+
+@applies("installed-cleanup-failure, cleanup_kind qp or cq")
+def charged_kind(profile, _workload):
+    return cleanup_mode(profile, _workload) and _kind(profile) in ("qp", "cq")
+
+
+@applies("installed-cleanup-failure, cleanup_kind cq, channel or pd")
+def dependency_kind(profile, _workload):
+    return cleanup_mode(profile, _workload) and _kind(profile) in model.CLEANUP_OWNERS
+
+
+@applies("installed-cleanup-failure, cleanup_kind channel")
+def channel_kind(profile, _workload):
+    return cleanup_mode(profile, _workload) and _kind(profile) == "channel"
 
 
 def _record(case):
@@ -63,7 +101,7 @@ def _expected_charges(case):
 @rule("cleanup.fault", "cleanup",
       "the real uverbs_fault observer withheld exactly the cleanup round's completion and failed that round's QP "
       "destroy with EIO (its first destroy, injected), which is the failure the requester recorded",
-      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=cleanup_mode)
+      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=qp_kind)
 def check_fault(case):
     record, where = _record(case)
     log = _log(case)
@@ -98,10 +136,70 @@ def check_fault(case):
     return problems
 
 
+# The verbs call that destroys each dependency kind's owner (the seed's names).
+DESTROY_CALLS = {"cq": "ibv_destroy_cq", "channel": "ibv_destroy_comp_channel", "pd": "ibv_dealloc_pd"}
+
+
+def _usable_log(case):
+    """(the g1 requester's uverbs_fault log, None) or (None, [problem]) when it is missing or did not arm."""
+    log = _log(case)
+    if log is None or not log.ok:
+        return None, [("requester g1: no usable uverbs_fault observer log (the profile model loads it there)",
+                       log.path if log is not None else case.ledger_path("requester", FAULT_GENERATION))]
+    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    if refused:
+        return None, [(f"requester g1: the uverbs_fault observer refused to arm ({refused[0]}): nothing was observed",
+                       log.path)]
+    return log, []
+
+
+@rule("cleanup.dependency", "cleanup",
+      "cq, channel, pd: the fault rail's CQ, completion channel or PD destroy failed once with EBUSY by itself (the "
+      "uverbs_fault observer injected nothing and logged the destroy verb's EBUSY; for cq and pd after the uverbs "
+      "command went through the descriptor), the failure the requester recorded; the observer withheld exactly the "
+      "cleanup round's completion (cq, channel) or none (pd: idle)",
+      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=dependency_kind)
+def check_dependency(case):
+    record, where = _record(case)
+    log, problems = _usable_log(case)
+    if log is None:
+        return problems
+    if record is None:
+        return [("requester g1: no cleanup step recorded (restart.cleanup)", where)]
+    kind = _kind(case.profile)
+    target = model.CLEANUP_OWNERS[kind]["destroy"]
+    destroys = _destroys(log)
+    mine = [e for e in destroys if e.get("kind") == target]
+    first = mine[0] if mine else None
+    got = None if first is None else (first.get("errno"), first.get("injected"), first.get("retry"),
+                                      first.get("dependency"))
+    if got != (EBUSY, False, False, True):
+        problems.append((f"requester g1: the observer's first {target} destroy is {first}, expected EBUSY ({EBUSY}) "
+                         "from the dependent object, not injected, not a retry", log.path))
+    elif target != "channel" and first.get("command") is not True:
+        problems.append((f"requester g1: the {target} destroy's uverbs command never reached the observed "
+                         "descriptor", log.path))
+    injected = [e for e in destroys if e.get("injected")]
+    if injected:
+        problems.append((f"requester g1: the observer injected {injected}: a dependency failure is never injected",
+                         log.path))
+    withheld = list(zip(log.column(WITHHELD, "qpn"), log.column(WITHHELD, "wr_id")))
+    wanted = [(record.get("qpn"), _part(record, "batch").get("wr_id"))] if kind in model.CLEANUP_WITHHELD_KINDS \
+        else []
+    if withheld != wanted:
+        problems.append((f"requester g1: the observer withheld {withheld} (qpn, wr_id), expected {wanted}", log.path))
+    destroy = _part(_part(record, "close"), "destroy")
+    if (destroy.get("call"), destroy.get("errno")) != (DESTROY_CALLS[kind], "EBUSY"):
+        problems.append((f"requester g1: the close recorded destroy {destroy or None}, the observer saw "
+                         f"{DESTROY_CALLS[kind]} fail with EBUSY", f"{where}.close"))
+    return problems
+
+
 @rule("cleanup.unquiesced", "cleanup",
       "the cleanup round's wait timed out and its close failed Unquiesced, not locally drained, with the batch "
       "Failed and its QP still live",
-      witness=("runner", "profile"), needs=("ledgers",), applies=cleanup_mode, after=("cleanup.fault",))
+      witness=("runner", "profile"), needs=("ledgers",), applies=withheld_kind,
+      after=("cleanup.fault", "cleanup.dependency"))
 def check_unquiesced(case):
     record, where = _record(case)
     if record is None:
@@ -126,26 +224,49 @@ def check_unquiesced(case):
     return problems
 
 
+@rule("cleanup.events", "cleanup",
+      "channel: the cleanup round's wait progressed through the rail's completion channel (the CQ armed, the "
+      "channel waited on, every event acknowledged), as the profile's event progress asks",
+      witness=("runner", "profile"), needs=("ledgers",), applies=channel_kind, after=("cleanup.dependency",))
+def check_events(case):
+    record, where = _record(case)
+    if record is None:
+        return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
+    progress = _part(_part(record, "wait"), "progress")
+    arms, polls = progress.get("cq_arms"), progress.get("poll_calls")
+    if case.profile.get("rdma_events") is not True or not isinstance(arms, int) or isinstance(arms, bool) \
+            or arms < 1 or not isinstance(polls, int) or polls < 1:
+        return [(f"requester g1: the cleanup round's wait progress {progress or None} with rdma_events "
+                 f"{case.profile.get('rdma_events')!r}: a channel failure needs the CQ armed and the channel waited "
+                 "on", f"{where}.wait")]
+    return []
+
+
 @rule("cleanup.repeated_close", "cleanup",
       "a repeated close of the quarantined batch reports Unquiesced again, claims no drain and never retries the "
       "destroy (the observer saw no second destroy of the QP)",
-      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=cleanup_mode, after=("cleanup.fault",))
+      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=cleanup_mode,
+      after=("cleanup.fault", "cleanup.dependency"))
 def check_repeated_close(case):
     record, where = _record(case)
     if record is None:
         return [("requester g1: no cleanup round recorded (restart.cleanup)", where)]
     problems = []
     again = _part(record, "repeated_close")
-    if (again.get("result"), again.get("locally_drained"), again.get("destroy_called")) != ("Unquiesced", False,
+    kind = _kind(case.profile)
+    drained = kind not in model.CLEANUP_WITHHELD_KINDS  # pd: idle, nothing was ever in flight
+    if (again.get("result"), again.get("locally_drained"), again.get("destroy_called")) != ("Unquiesced", drained,
                                                                                             False):
         problems.append((f"requester g1: the repeated close gave {again.get('result')!r}, locally_drained "
                          f"{again.get('locally_drained')!r}, destroy called {again.get('destroy_called')!r} (expected "
-                         "Unquiesced, false, false)", f"{where}.repeated_close"))
+                         f"Unquiesced, {str(drained).lower()}, false)", f"{where}.repeated_close"))
     log = _log(case)
     if log is not None and log.ok:
         destroys = _destroys(log)
         qp = [e for e in destroys if e.get("kind") == "qp"]
-        if len(qp) > 1 or any(e.get("retry") for e in destroys):
+        target = model.CLEANUP_OWNERS[kind]["destroy"] if kind in model.CLEANUP_OWNERS else "qp"
+        if len(qp) > 1 or len([e for e in destroys if e.get("kind") == target]) > 1 \
+                or any(e.get("retry") for e in destroys):
             problems.append((f"requester g1: the observer saw {len(qp)} qp destroy(s), retries "
                              f"{[e for e in destroys if e.get('retry')]}: a failed destroy was tried again", log.path))
     return problems
@@ -153,7 +274,7 @@ def check_repeated_close(case):
 
 @rule("cleanup.free_busy", "cleanup",
       "free() of the quarantined batch returns BatchBusy",
-      witness=("runner",), needs=("ledgers",), applies=cleanup_mode, after=("cleanup.unquiesced",))
+      witness=("runner",), needs=("ledgers",), applies=withheld_kind, after=("cleanup.unquiesced",))
 def check_free_busy(case):
     record, where = _record(case)
     if record is None:
@@ -166,7 +287,7 @@ def check_free_busy(case):
 
 @rule("cleanup.cpu_excluded", "cleanup",
       "a CPU write into the quarantined batch's allocation is refused (Unquiesced, nothing written)",
-      witness=("runner",), needs=("ledgers",), applies=cleanup_mode, after=("cleanup.unquiesced",))
+      witness=("runner",), needs=("ledgers",), applies=withheld_kind, after=("cleanup.unquiesced",))
 def check_cpu_excluded(case):
     record, where = _record(case)
     if record is None:
@@ -182,7 +303,7 @@ def check_cpu_excluded(case):
       "after the caller drops its handles the quarantine keeps the allocation (a weak owner is still alive) and the "
       "QP (a real query answers for its QPN, and the verbs provider still holds every QP the profile model "
       "creates, before and after: none was destroyed)",
-      witness=("runner", "profile"), needs=("ledgers",), applies=cleanup_mode, after=("cleanup.fault",))
+      witness=("runner", "profile"), needs=("ledgers",), applies=qp_kind, after=("cleanup.fault",))
 def check_retained(case):
     record, where = _record(case)
     if record is None:
@@ -209,11 +330,92 @@ def check_retained(case):
     return problems
 
 
+@rule("cleanup.device_open", "cleanup",
+      "cq, channel, pd: the device of the retained owner stays open until the process dies (no premature close): "
+      "the observer logged no context close in the faulted requester and the provider still holds every context",
+      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=dependency_kind,
+      after=("cleanup.dependency",))
+def check_device_open(case):
+    record, where = _record(case)
+    if record is None:
+        return [("requester g1: no cleanup step recorded (restart.cleanup)", where)]
+    problems = []
+    log = _log(case)
+    if log is not None and log.ok:
+        closes = [e for _pos, e in sorted(log.texts.items()) if e.get("ev") == "context_close"]
+        if closes:
+            problems.append((f"requester g1: the observer saw the device closed {closes} while its "
+                             f"{model.CLEANUP_OWNERS[_kind(case.profile)]['destroy']} was retained", log.path))
+    retained = _part(record, "retained")
+    held = _part(retained, "provider_held")
+    if held.get("ctx") != model.RAIL_COUNT or retained.get("device_open") is not True:
+        problems.append((f"requester g1: after the handles were dropped the provider holds {held.get('ctx')!r} "
+                         f"context(s) (the profile model opens {model.RAIL_COUNT}), device open "
+                         f"{retained.get('device_open')!r}", f"{where}.retained"))
+    return problems
+
+
+def _expected_held(case, kind, after):
+    """The provider's live objects per kind in the faulted requester, from the profile model: every context's PD,
+    CQ, channel (events) and two MRs, the rails x lanes QPs, the fixture's dependent object; ``after`` the handles
+    were dropped, less what the seed's table releases on the fault rail (its lanes' QPs, its CQ, channel, MRs)."""
+    profile = case.profile
+    events = profile.get("rdma_events") is True
+    held = {"ctx": model.RAIL_COUNT, "pd": model.RAIL_COUNT, "cq": model.RAIL_COUNT,
+            "channel": model.RAIL_COUNT if events else 0, "mr": MRS_PER_CONTEXT * model.RAIL_COUNT, "mw": 0,
+            "qp": case.workload["qp_bound_per_peer_operation"]}
+    spec = model.CLEANUP_OWNERS[kind]
+    held[spec["blocker"]] += 1
+    if after:
+        per_rail = {"qp": profile["num_lanes"], "cq": 1, "channel": 1 if events else 0, "mr": MRS_PER_CONTEXT}
+        for owner in spec["released"]:
+            if owner in per_rail:
+                held[owner] -= per_rail[owner]
+    return held
+
+
+@rule("cleanup.owners", "cleanup",
+      "cq, channel, pd: after the fixture drops its handles the owners the seed's table retains are still held and "
+      "the others released: the verbs provider's live objects per kind, before and after, are the profile model's "
+      "(with the dependent object), the weak owner of the batch's allocation is alive exactly when the table "
+      "retains it, and an idle PD leaves no grant pending at the survivor",
+      witness=("profile", "runner", "peer"), needs=("ledgers",), applies=dependency_kind,
+      after=("cleanup.dependency", "cleanup.device_open"))
+def check_owners(case):
+    record, where = _record(case)
+    if record is None:
+        return [("requester g1: no cleanup step recorded (restart.cleanup)", where)]
+    kind = _kind(case.profile)
+    spec = model.CLEANUP_OWNERS[kind]
+    problems = []
+    for label, found, after in (("before the failure", _part(_part(record, "before"), "provider_held"), False),
+                                ("after the handles were dropped", _part(_part(record, "retained"), "provider_held"),
+                                 True)):
+        want = _expected_held(case, kind, after)
+        wrong = {k: found.get(k) for k, v in want.items() if found.get(k) != v}
+        if wrong:
+            problems.append((f"requester g1: the verbs provider holds {wrong} {label}, the profile model's table "
+                             f"gives { {k: want[k] for k in wrong} } (retained {list(spec['retained'])}, released "
+                             f"{list(spec['released'])})", f"{where}.retained"))
+    alive = _part(record, "retained").get("weak_owner_alive")
+    if alive is not ("allocation" in spec["retained"]):
+        state = "retained" if "allocation" in spec["retained"] else "released"
+        problems.append((f"requester g1: the weak owner of the batch's allocation is alive {alive!r}; the table has "
+                         f"it {state}", f"{where}.retained"))
+    if "grant" in spec["released"]:
+        path = case.ledger_path("source", FAULT_GENERATION)
+        held = restart_section(case.ledger("source", FAULT_GENERATION), "cleanup")
+        if held is None or held.get("grants_pending") != 0:
+            problems.append((f"source g1: at the restart point {held}: an idle {kind} failure leaves no grant pending",
+                             f"{path}#restart.cleanup"))
+    return problems
+
+
 @rule("cleanup.charges", "cleanup",
       "the quarantined batch's SQ, byte and batch charges stay held, before and after the caller drops its handles, "
       "as the profile model counts them and as many bytes as the WR the observer saw posted",
-      witness=("profile", "observer", "runner"), needs=("ledgers", "observers"), applies=cleanup_mode,
-      after=("cleanup.fault", "cleanup.retained"))
+      witness=("profile", "observer", "runner"), needs=("ledgers", "observers"), applies=charged_kind,
+      after=("cleanup.fault", "cleanup.retained", "cleanup.owners"))
 def check_charges(case):
     record, where = _record(case)
     if record is None:
@@ -242,7 +444,7 @@ def check_charges(case):
 @rule("cleanup.grant_unresolved", "cleanup",
       "the surviving source kept the cleanup round's grant unresolved until the requester died (pending at its "
       "restart point) and released it after",
-      witness=("peer", "profile"), needs=("ledgers",), applies=cleanup_mode)
+      witness=("peer", "profile"), needs=("ledgers",), applies=withheld_kind)
 def check_grant_unresolved(case):
     parents = case.profile["parents"]
     path = case.ledger_path("source", FAULT_GENERATION)

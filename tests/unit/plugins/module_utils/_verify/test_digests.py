@@ -125,6 +125,9 @@ COVERAGE = {
     "a data event of a WR the ledger does not list": (lambda r: r.events.append(dict(r.data(5), wr_id=999)),
                                                       "of WRs the ledger does not list"),
     "no digests taken": (lambda r: r.header.update(digest=None), "took no digests"),
+    # a WR ID the ledger lists, but on another QP: the WR-ID-only join checks the QPN (_rounds_of)
+    "a data event of a listed WR ID on another QP": (lambda r: r.events.append(dict(r.data(5), qpn=QPN + 1)),
+                                                     "of WRs the ledger does not list"),
 }
 
 
@@ -136,6 +139,26 @@ def test_coverage_red_checks(tmp_path, name):
     found = failing(run.case(tmp_path))
     assert list(found) == ["digests.coverage"], found
     assert any(words in message for message in found["digests.coverage"]), found
+
+
+def _ids_per_qp(run):
+    """Each round on a QP of its own, WR IDs counted from 1 on every QP: WR IDs repeat across the ledger."""
+    renumber = {}
+    for index, rnd in enumerate(run.rounds):
+        for number, wr in enumerate(rnd["wrs"], start=1):
+            renumber[wr["wr_id"]] = (QPN + index, number)
+            wr["qpn"], wr["wr_id"] = renumber[wr["wr_id"]]
+    for event in run.events:
+        event["qpn"], event["wr_id"] = renumber[event["wr_id"]]
+
+
+@pytest.mark.parametrize("fmt", ["binary", "json"])
+def test_wr_ids_repeating_across_qps_are_joined_by_qpn_and_wr_id(tmp_path, fmt):
+    run = Run()
+    _ids_per_qp(run)
+    assert failing(run.case(tmp_path, fmt)) == {}  # each range in its own round: every seed's content matches
+    _swap_rounds(run)  # the WR list puts round 1's (QPN, WR ID)s under round 2 and back: seen by the content
+    assert list(failing(run.case(tmp_path, fmt))) == ["digests.content"]
 
 
 def test_a_hole_is_named(tmp_path):
