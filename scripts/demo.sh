@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the simulated lab: create the local fake hosts, run the rail-accounting gate
-# (READ/polling and WRITE/events) on them, and say where the verdict is. Everything is written
+# (READ/polling and WRITE/events) on them, say where the verdict is and how to run the whole gate
+# (playbooks/qualification.yml, not run here: it takes the sum of every mode playbook's time). Everything is written
 # under the work directory (ORBITE_WORK_DIR, default $XDG_CACHE_HOME/orbite or ~/.cache/orbite),
 # never into the checkout.
 set -euo pipefail
@@ -16,4 +17,7 @@ if [[ -n $latest ]]; then
   echo "verdict: ${latest}verdict.md (JSON: ${latest}verdict.json, JUnit: ${latest}verdict.xml)"
   head -5 "${latest}verdict.md" 2>/dev/null || true
 fi
+echo
+echo "the whole gate (every mode's frozen cases, one run and one verdict; docs/qualification.md):"
+echo "  ansible-playbook -i inventories/sim playbooks/qualification.yml    (--check: plan only)"
 exit $status

@@ -59,6 +59,29 @@ options:
     type: list
     elements: str
     required: true
+  runs:
+    description:
+      - By pair ID, the run each pair runs (C(cases), the case entries with the pair's hosts, as
+        M(orbite.qualification.run_plan) takes them, and C(artifacts), the run's pinned executables). With it,
+        the same call writes each named pair's C(run.json) (and its C(cases/<id>/case.json)) before the fleet
+        plan, in one call for every pair instead of one M(orbite.qualification.run_plan) call each. A pair whose
+        run the preflight wrote is left out. Not in check mode (docs/fleet.md).
+    type: dict
+    default: {}
+  runner_kind:
+    description: With O(runs), the runner kind every pair's C(run.json) names.
+    type: str
+    choices: [sim, native]
+    default: sim
+  allow_dirty:
+    description: With O(runs), whether each C(run.json) allows a dirty installation (as in run_plan).
+    type: bool
+    default: false
+  defects:
+    description: With O(runs), the runner's defect switches every pair's C(run.json) records (red checks only).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -131,6 +154,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet import run as fleet_run
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet.plan import plan_fleet
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
 
 
 def main():
@@ -144,20 +168,34 @@ def main():
             "fleet_dir": {"type": "path", "required": True},
             "slice": {"type": "str"},
             "cases": {"type": "list", "elements": "str", "required": True},
+            "runs": {"type": "dict", "default": {}},
+            "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
+            "allow_dirty": {"type": "bool", "default": False},
+            "defects": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     params = module.params
+    pair = None  # the pair whose run.json is being written, named in a failure
     try:
         plan = plan_fleet(params["hosts"], params["pairing"], params["pairs"], params["fleet_hosts"],
                           fleet_id=params["fleet_id"])
         fleet_run.attach_runs(plan, params["fleet_dir"])
+        for pair in [] if module.check_mode else [p for p in plan["pairs"] if p["id"] in params["runs"]]:
+            run = params["runs"][pair["id"]] or {}
+            write_plan(pair["run_dir"], pair["run_id"], run.get("cases") or [], allow_dirty=params["allow_dirty"],
+                       runner_kind=params["runner_kind"], defects=params["defects"],
+                       artifacts=run.get("artifacts") or None)
+        pair = None
         out, doc = fleet_run.start(params["fleet_dir"], plan, params["cases"], params["slice"] or None,
                                    check_mode=module.check_mode)
+    except RunPlanError as error:
+        fail_from(module, error, prefix=f"runs[{pair['id']}] (run_dir={pair['run_dir']})" if pair else "")
     except OrbiteError as error:
         fail_from(module, error)
     except OSError as error:
-        fail_from(module, error, prefix=f"writing the fleet plan under {params['fleet_dir']}")
+        fail_from(module, error, prefix=f"runs[{pair['id']}]: run_dir={pair['run_dir']} cannot be written" if pair
+                  else f"writing the fleet plan under {params['fleet_dir']}")
     module.exit_json(changed=not module.check_mode, output_dir=out, pairs=doc["pairs"], waves=doc["waves"],
                      slots=doc["slots"], elsewhere=doc["elsewhere"], max_degree=doc["max_degree"])
 

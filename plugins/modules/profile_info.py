@@ -37,6 +37,35 @@ options:
       - Path of a JSON or YAML profile file on the host the module runs on (the controller).
       - Mutually exclusive with O(profile); one of the two is required.
     type: path
+  cases:
+    description:
+      - Several profiles in one call (a gate run's cases), each validated and derived as O(profile) or O(path)
+        alone would be, after its O(cases[].changes) override the loaded fields. RV(cases) returns them in order.
+      - Every case is checked; a failure lists the violations of B(every) broken case, each naming its case.
+      - Mutually exclusive with O(profile) and O(path).
+    type: list
+    elements: dict
+    version_added: 0.2.0
+    suboptions:
+      id:
+        description: The case's ID, named in its violations.
+        type: str
+      profile:
+        description: The case's profile as a mapping or JSON/YAML text (exactly one of this and O(cases[].path)).
+        type: raw
+      path:
+        description: The case's profile file on the controller (exactly one of this and O(cases[].profile)).
+        type: path
+      changes:
+        description: Profile fields (docs/profiles.md) overriding the loaded profile's (host overrides, the changes).
+        type: dict
+        default: {}
+      reverse_hosts:
+        description:
+          - Swap the case's C(source) and C(requester) after its changes (the seed's rail accounting with the hosts
+            reversed, in the same run).
+        type: bool
+        default: false
 notes:
   - The bounds, mode rules and derivation are documented in C(docs/profiles.md).
 seealso:
@@ -70,6 +99,14 @@ EXAMPLES = r"""
   orbite.qualification.profile_info:
     path: profiles/installed_host.json
   delegate_to: localhost
+
+- name: Validate two cases of two shipped profiles in one call
+  orbite.qualification.profile_info:
+    cases:
+      - {id: ra-write-events, path: profiles/rail_accounting.json, changes: {operation: write, rdma_events: true}}
+      - {id: rs-source-g2, path: profiles/restart_source.json, changes: {fault_role: source, generations: 2}}
+  delegate_to: localhost
+  register: planned  # planned.cases[0].workload.wrs_per_round
 """
 
 RETURN = r"""
@@ -149,8 +186,16 @@ workload:
     observers: [{tool: accounting, role: requester}]
     discovery: null
     min_outstanding_parents_per_rail_qp: 2
+cases:
+  description: With O(cases), each case's normalized profile and workload (as RV(profile) and RV(workload)), in order.
+  returned: success, with O(cases)
+  type: list
+  elements: dict
+  sample: [{profile: {mode: installed-rail-accounting, operation: write}, workload: {wrs_per_round: 64}}]
 violations:
-  description: Every broken rule, with C(code), C(field), C(value), C(rule) and C(message).
+  description:
+    - Every broken rule, with C(code), C(field), C(value), C(rule) and C(message); with O(cases), also C(case),
+      the broken case's O(cases[].id) (or its position from 1).
   returned: failure
   type: list
   elements: dict
@@ -175,13 +220,54 @@ from ansible_collections.orbite.qualification.plugins.module_utils._profile.mode
 )
 
 
+def _derive_cases(cases):
+    """Each case -> {profile, workload}; every broken case's violations, each naming its case.
+
+    A case is named by its ID, else by its position from 1 (a lone case without an ID is not named).
+    """
+    derived, violations = [], []
+    for position, case in enumerate(cases, start=1):
+        name = case.get("id") or (str(position) if len(cases) > 1 else None)
+        try:
+            profile, workload = load_and_derive(profile=case.get("profile"), path=case.get("path"),
+                                                changes=case.get("changes"), reverse_hosts=case.get("reverse_hosts"))
+        except ProfileError as error:
+            violations.extend(dict(v.as_dict(), **({"case": name} if name else {})) for v in error.violations)
+            continue
+        derived.append({"profile": profile, "workload": workload})
+    return derived, violations
+
+
+def _cases_message(violations):
+    named = [v["case"] for v in violations if "case" in v]
+    where = f" in case(s) {', '.join(dict.fromkeys(named))}" if named else ""
+    found = "; ".join(f"{v['case']}: {v['message']}" if "case" in v else v["message"] for v in violations)
+    return f"invalid qualification profile: {len(violations)} violation(s){where}: {found}"
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={"profile": {"type": "raw"}, "path": {"type": "path"}},
-        mutually_exclusive=[("profile", "path")],
-        required_one_of=[("profile", "path")],
+        argument_spec={
+            "profile": {"type": "raw"},
+            "path": {"type": "path"},
+            "cases": {"type": "list", "elements": "dict", "options": {
+                "id": {"type": "str"},
+                "profile": {"type": "raw"},
+                "path": {"type": "path"},
+                "changes": {"type": "dict", "default": {}},
+                "reverse_hosts": {"type": "bool", "default": False},
+            }, "mutually_exclusive": [("profile", "path")], "required_one_of": [("profile", "path")]},
+        },
+        mutually_exclusive=[("profile", "path", "cases")],
+        required_one_of=[("profile", "path", "cases")],
         supports_check_mode=True,
     )
+    if module.params["cases"] is not None:
+        derived, violations = _derive_cases(module.params["cases"])
+        if violations:
+            module.fail_json(msg=_cases_message(violations), code=ProfileError.code, changed=False,
+                             violations=violations)
+        module.exit_json(changed=False, cases=derived)
     try:
         profile, workload = load_and_derive(profile=module.params["profile"], path=module.params["path"])
     except ProfileError as error:

@@ -953,13 +953,21 @@ def _compress(sizes):
     return runs
 
 
-def load_and_derive(profile=None, path=None):
-    """Entry point for modules: a dict, JSON/YAML text, or a file path -> (normalized, workload)."""
+def load_and_derive(profile=None, path=None, changes=None, reverse_hosts=False):
+    """Entry point for modules: a dict, JSON/YAML text, or a file path -> (normalized, workload).
+
+    ``changes`` (a mapping of profile fields) override the loaded profile's before validation: a case
+    variant of a shipped profile; ``reverse_hosts`` then swaps its source and requester.
+    """
     if path is not None:
         raw = load_profile_file(path)
     elif isinstance(profile, str):
         raw = parse_profile_text(profile)
     else:
         raw = profile
+    if changes and isinstance(raw, dict):
+        raw = {**raw, **changes}
+    if reverse_hosts and isinstance(raw, dict):
+        raw = {**raw, "source": raw.get("requester"), "requester": raw.get("source")}
     normalized = validate_profile(raw)
     return normalized, derive_workload(normalized)

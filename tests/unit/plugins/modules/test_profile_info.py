@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 from helpers import bounded
+from helpers.modules import run_module
 
 BOMB = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
     f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
@@ -73,3 +74,52 @@ def test_hostile_profiles_fail_with_codes(tmp_path, ansible_env, repo_root):
         assert code in (result["code"], *(v["code"] for v in violations)), result
     assert [v["code"] for v in by_name["host.json"]["violations"]] == ["requester.hostname"]
     assert by_name["fifo.json"]["violations"][0]["code"] == "profile.file"
+
+
+def test_cases_are_validated_in_one_call_each_with_its_changes(tmp_path, repo_root):
+    profiles = repo_root / "profiles"
+    result = run_module("profile_info", tmp_path, {"cases": [
+        {"id": "ra-write-events", "path": str(profiles / "rail_accounting.json"),
+         "changes": {"operation": "write", "rdma_events": True}},
+        {"id": "ih", "profile": GOOD, "changes": {"requester": "sim-c"}},
+    ]})
+    assert result.get("failed") is not True, result
+    first, second = result["cases"]
+    assert (first["profile"]["mode"], first["profile"]["operation"], first["workload"]["progress"]) == (
+        "installed-rail-accounting", "write", "events")
+    assert first["workload"]["wrs_per_round"] == 64
+    assert (second["profile"]["mode"], second["profile"]["requester"]) == ("installed-host", "sim-c")
+
+
+def test_every_broken_case_is_named_with_its_violations(tmp_path, repo_root):
+    result = run_module("profile_info", tmp_path, {"cases": [
+        {"id": "fine", "profile": GOOD},
+        {"id": "few-parents", "path": str(repo_root / "profiles" / "rail_accounting.json"),
+         "changes": {"parents": 15}},
+        {"path": str(tmp_path / "absent.json")},  # no ID: named by its position
+    ]})
+    assert result["failed"] is True and result["code"] == "profile.invalid", result
+    assert [(v["case"], v["code"]) for v in result["violations"]] == [
+        ("few-parents", "rail-accounting.parents.value"), ("3", "profile.file")]
+    assert result["msg"].startswith("invalid qualification profile: 2 violation(s) in case(s) few-parents, 3: ")
+    assert "few-parents: parents = 15" in result["msg"] and "absent.json" in result["msg"]
+    # A lone case without an ID reads as a single profile does.
+    alone = run_module("profile_info", tmp_path, {"cases": [{"profile": dict(GOOD, parents=0)}]})
+    assert alone["msg"].startswith("invalid qualification profile: 1 violation(s): parents = 0"), alone["msg"]
+    assert "case" not in alone["violations"][0]
+    # profile and path of one case, or cases beside profile: refused by the argument spec, not a traceback.
+    both = run_module("profile_info", tmp_path, {"cases": [{"profile": GOOD, "path": "/x.json"}]})
+    assert both["failed"] is True and "mutually exclusive" in both["msg"], both
+    beside = run_module("profile_info", tmp_path, {"profile": GOOD, "cases": [{"profile": GOOD}]})
+    assert beside["failed"] is True and "mutually exclusive" in beside["msg"], beside
+
+
+def test_a_case_may_reverse_its_hosts_after_its_changes(tmp_path, repo_root):
+    path = str(repo_root / "profiles" / "rail_accounting.json")
+    result = run_module("profile_info", tmp_path, {"cases": [
+        {"id": "ab", "path": path, "changes": {"source": "rnic-1", "requester": "rnic-2"}},
+        {"id": "ba", "path": path, "changes": {"source": "rnic-1", "requester": "rnic-2"}, "reverse_hosts": True},
+    ]})
+    assert [(c["profile"]["source"], c["profile"]["requester"]) for c in result["cases"]] == [
+        ("rnic-1", "rnic-2"), ("rnic-2", "rnic-1")], result
+    assert result["cases"][0]["workload"] == result["cases"][1]["workload"]  # the workload names no host
