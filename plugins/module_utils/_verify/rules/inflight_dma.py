@@ -314,8 +314,8 @@ def check_survival(case):
         for index, rnd in enumerate(rounds):
             at = f"{where}.survival[{index}]"
             created, reused = (1, 0) if index == 0 else (0, 1)
-            if (rnd.get("epoch"), rnd.get("qps_created"), rnd.get("qps_reused")) != (ledger.get("epoch"), created,
-                                                                                        reused):
+            observed = (rnd.get("epoch"), rnd.get("qps_created"), rnd.get("qps_reused"))
+            if observed != (ledger.get("epoch"), created, reused):
                 problems.append((f"{role} round {rnd.get('round')}: epoch {rnd.get('epoch')!r}, "
                                  f"{rnd.get('qps_created')!r} QP(s) created, {rnd.get('qps_reused')!r} reused; "
                                  f"expected the process's epoch, {created} created, {reused} reused", at))
