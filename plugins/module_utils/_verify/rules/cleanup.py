@@ -197,7 +197,7 @@ def check_dependency(case):
 
 @rule("cleanup.unquiesced", "cleanup",
       "the cleanup round's wait timed out and its close failed Unquiesced, not locally drained, with the batch "
-      "Failed and its QP still live",
+      "Failed (the runner's word; that the QP stays live is cleanup.retained's real query, qp kind)",
       witness=("runner", "profile"), needs=("ledgers",), applies=withheld_kind,
       after=("cleanup.fault", "cleanup.dependency"))
 def check_unquiesced(case):
@@ -226,7 +226,8 @@ def check_unquiesced(case):
 
 @rule("cleanup.events", "cleanup",
       "channel: the cleanup round's wait progressed through the rail's completion channel (the CQ armed, the "
-      "channel waited on, every event acknowledged), as the profile's event progress asks",
+      "channel waited on, every event acknowledged), as the profile's event progress asks; the arms and polls are "
+      "the runner's own count (no observer or provider figure counts them)",
       witness=("runner", "profile"), needs=("ledgers",), applies=channel_kind, after=("cleanup.dependency",))
 def check_events(case):
     record, where = _record(case)
@@ -333,7 +334,7 @@ def check_retained(case):
 @rule("cleanup.device_open", "cleanup",
       "cq, channel, pd: the device of the retained owner stays open until the process dies (no premature close): "
       "the observer logged no context close in the faulted requester and the provider still holds every context",
-      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=dependency_kind,
+      witness=("observer", "provider", "runner"), needs=("ledgers", "observers"), applies=dependency_kind,
       after=("cleanup.dependency",))
 def check_device_open(case):
     record, where = _record(case)
@@ -379,7 +380,7 @@ def _expected_held(case, kind, after):
       "the others released: the verbs provider's live objects per kind, before and after, are the profile model's "
       "(with the dependent object), the weak owner of the batch's allocation is alive exactly when the table "
       "retains it, and an idle PD leaves no grant pending at the survivor",
-      witness=("profile", "runner", "peer"), needs=("ledgers",), applies=dependency_kind,
+      witness=("profile", "provider", "runner", "peer"), needs=("ledgers",), applies=dependency_kind,
       after=("cleanup.dependency", "cleanup.device_open"))
 def check_owners(case):
     record, where = _record(case)

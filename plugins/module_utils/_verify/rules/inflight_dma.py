@@ -173,7 +173,8 @@ def check_error_cqe(case):
 @rule("inflight_dma.batch_failed", "inflight_dma",
       "the fault round's batch failed after a proven local drain: state Failed, zero bytes reported (batch, parent, "
       "public counters, typed error), WRITE effect Unknown (READ None), no send-queue debt by the engine's records "
-      "or the provider's, one TransferFailed in wait", witness=("profile",), applies=inflight_mode)
+      "or the provider's, one TransferFailed in wait (the batch's state, bytes and typed error are the runner's "
+      "word: no observer sees the public API)", witness=("profile", "runner"), applies=inflight_mode)
 def check_batch_failed(case):
     section, where = _section(case, "requester")
     effect = "Unknown" if case.profile["operation"] == "write" else "None"
