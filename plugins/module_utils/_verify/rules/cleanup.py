@@ -89,7 +89,7 @@ def _log(case):
 
 def _destroys(log):
     """The observer's destroy events in log order."""
-    return [event for _pos, event in sorted(log.texts.items()) if event.get("ev") == "destroy"]
+    return log.text_events("destroy")
 
 
 def _expected_charges(case):
@@ -108,7 +108,7 @@ def check_fault(case):
     if log is None or not log.ok:
         return [("requester g1: no usable uverbs_fault observer log (the profile model loads it there)",
                  log.path if log is not None else case.ledger_path("requester", FAULT_GENERATION))]
-    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    refused = [event.get("reason") for event in log.text_events("not_armed")]
     if refused:
         return [(f"requester g1: the uverbs_fault observer refused to arm ({refused[0]}): no fault was injected",
                  log.path)]
@@ -146,7 +146,7 @@ def _usable_log(case):
     if log is None or not log.ok:
         return None, [("requester g1: no usable uverbs_fault observer log (the profile model loads it there)",
                        log.path if log is not None else case.ledger_path("requester", FAULT_GENERATION))]
-    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    refused = [event.get("reason") for event in log.text_events("not_armed")]
     if refused:
         return None, [(f"requester g1: the uverbs_fault observer refused to arm ({refused[0]}): nothing was observed",
                        log.path)]
@@ -343,7 +343,7 @@ def check_device_open(case):
     problems = []
     log = _log(case)
     if log is not None and log.ok:
-        closes = [e for _pos, e in sorted(log.texts.items()) if e.get("ev") == "context_close"]
+        closes = log.text_events("context_close")
         if closes:
             problems.append((f"requester g1: the observer saw the device closed {closes} while its "
                              f"{model.CLEANUP_OWNERS[_kind(case.profile)]['destroy']} was retained", log.path))

@@ -60,7 +60,7 @@ def _log(case):
 
 
 def _destroys(log):
-    return [event for _pos, event in sorted(log.texts.items()) if event.get("ev") == "destroy"]
+    return log.text_events("destroy")
 
 
 def _injected(destroys):
@@ -89,7 +89,7 @@ def check_fault(case):
     if log is None or not log.ok:
         return [(f"{role} g1: no usable uverbs_fault observer log (the profile model loads it into the fault role): "
                  "no fault was injected", log.path if log is not None else case.ledger_path(role, GENERATION))]
-    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    refused = [event.get("reason") for event in log.text_events("not_armed")]
     if refused:
         return [(f"{role} g1: the uverbs_fault observer refused to arm ({refused[0]}): no fault was injected",
                  log.path)]
