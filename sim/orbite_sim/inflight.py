@@ -103,10 +103,14 @@ def fault_round(eng):
                             locally_drained=locally_drained, wrs_posted=1, nbytes=reported, expected=True)
         eng.doc["errors"].append(error.as_dict())
 
+    def loans():
+        """The fault round's buffer lent to the device: its WR until a completion of it was polled."""
+        return sum(1 for w in (wr,) if w["completed_seq"] is None)
+
     def release():
-        debt = {"wrs": qp.outstanding, "grants": len(eng.held_grants), "loans": 0 if locally_drained else 1}
+        debt = {"wrs": qp.outstanding, "grants": len(eng.held_grants), "loans": loans()}
         return {"debt_before": debt, "debt_after": {"wrs": qp.outstanding, "grants": len(eng.held_grants),
-                                                    "loans": 0}, "locally_drained": locally_drained}
+                                                    "loans": loans()}, "locally_drained": locally_drained}
 
     # The interrupted QP is destroyed (a receipt) before the drain receipt (inflight_drain_first: after it).
     recovery = eng.recover_lost([qp], release, FAULT_ROUND)
