@@ -444,7 +444,8 @@ def check_charges(case):
 
 @rule("cleanup.grant_unresolved", "cleanup",
       "the surviving source kept the cleanup round's grant unresolved until the requester died (pending at its "
-      "restart point) and released it after",
+      "restart point: the profile's parents, the grants the requester recorded for its quarantined batch) and "
+      "released it after",
       witness=("peer", "profile"), needs=("ledgers",), applies=withheld_kind)
 def check_grant_unresolved(case):
     parents = case.profile["parents"]
@@ -454,6 +455,11 @@ def check_grant_unresolved(case):
     if held is None or (held.get("round"), held.get("grants_pending")) != (fault_round(case), parents):
         problems.append((f"source g1: the cleanup round's grant at the restart point is {held} (expected round "
                          f"{fault_round(case)} with {parents} pending)", f"{path}#restart.cleanup"))
+    record, where = _record(case)
+    granted = _part(record, "batch").get("grants")
+    if held is not None and (not isinstance(granted, list) or len(granted) != held.get("grants_pending")):
+        problems.append((f"requester g1: the quarantined batch holds grants {granted!r}, the source has "
+                         f"{held.get('grants_pending')!r} pending at its restart point", f"{where}.batch"))
     following = FAULT_GENERATION + 1
     recovery = restart_section(case.ledger("source", following), "recovery")
     if recovery is None or recovery.get("grants_released") != parents:
