@@ -166,9 +166,9 @@ def _charges_held(role, record, where, want, what):
 
 @rule("memory_cleanup.registration", "memory_cleanup",
       "the quarantined MR keeps its registration charge (one registration of the profile's backing) at the close, "
-      "after the caller drops the old engine and at exit, and the provider's key domain still answers for the MR "
-      "with that length",
-      witness=("profile", "provider"), needs=("ledgers",), applies=mr_kind, after=("memory_cleanup.fault",))
+      "after the caller drops the old engine and at exit (the engine's charges: the runner's word), and the "
+      "provider's key domain still answers for the MR with that length",
+      witness=("profile", "provider", "runner"), needs=("ledgers",), applies=mr_kind, after=("memory_cleanup.fault",))
 def check_registration(case):
     role = _fault(case)
     record, where = _section(case, role)
@@ -185,9 +185,9 @@ def check_registration(case):
 
 @rule("memory_cleanup.window", "memory_cleanup",
       "the quarantined MW keeps its parent MR borrow, its grant (the profile's parents), its DMA loan (the "
-      "profile's backing), its quota and its key domain: the provider still answers for the window, bound, and "
-      "for its parent MR with one window bound",
-      witness=("profile", "provider"), needs=("ledgers",), applies=mw_kind, after=("memory_cleanup.fault",))
+      "profile's backing), its quota (the engine's charges: the runner's word) and its key domain: the provider "
+      "still answers for the window, bound, and for its parent MR with one window bound",
+      witness=("profile", "provider", "runner"), needs=("ledgers",), applies=mw_kind, after=("memory_cleanup.fault",))
 def check_window(case):
     role = _fault(case)
     record, where = _section(case, role)
