@@ -121,8 +121,10 @@ def _withheld(eng, record, entry, qp, allocation, blocker, wr_id):
     batch = {"batch": round_no * 10 + rail, "rail": rail, "parents": [0], "state": "Running", "qpn": qp.qpn,
              "wr_id": wr_id, "bytes": eng.payload, "grants": grants}
     channel = entry["channel"] if record["kind"] == "channel" else None
+    progress = {"cq_arms": 0, "cq_events": 0, "poll_calls": 0}  # counted where each verb is called
     if channel is not None:
         entry["cq"].req_notify()  # armed before the post: the completion, withheld or not, signals the channel
+        progress["cq_arms"] += 1
     qp.post_send(wr_id, mr.addr + offset, eng.payload, mr.lkey, peer_addr + offset, peer_rkey)
     eng.quarantine = {"batch": batch, "qp": qp, "allocation": allocation, "blocker": blocker, "entry": entry,
                       "closed": False}
@@ -130,7 +132,7 @@ def _withheld(eng, record, entry, qp, allocation, blocker, wr_id):
     if channel is None:
         record["wait"] = eng._cleanup_wait(qp, batch, round_no)
     else:
-        record["wait"] = _event_wait(eng, entry, qp, batch, round_no)
+        record["wait"] = _event_wait(eng, entry, qp, batch, round_no, progress)
     record["close"] = close(eng, batch, round_no)
     record["free"] = eng.free(batch, round_no)
     record["cpu_write"] = eng.cpu_write(allocation, round_no)
@@ -138,13 +140,13 @@ def _withheld(eng, record, entry, qp, allocation, blocker, wr_id):
     record["repeated_close"] = close(eng, batch, round_no)
 
 
-def _event_wait(eng, entry, qp, batch, round_no):
-    """wait(batch) through the rail's completion channel, bounded: armed, the channel selected, every event
-    fetched and acknowledged, the CQ polled after each; the withheld completion never comes (Timeout)."""
+def _event_wait(eng, entry, qp, batch, round_no, progress):
+    """wait(batch) through the rail's completion channel, bounded: armed (before the post, counted in
+    ``progress``), the channel selected, every event fetched and acknowledged, the CQ polled after each; the
+    withheld completion never comes (Timeout)."""
     timeout = eng.timeouts["grant_s"]
     deadline = time.monotonic() + timeout
     cq, channel = entry["cq"], entry["channel"]
-    progress = {"cq_arms": 1, "cq_events": 0, "poll_calls": 0}
     polled = []
     while not polled:
         progress["poll_calls"] += 1
@@ -156,10 +158,7 @@ def _event_wait(eng, entry, qp, batch, round_no):
         if polled or left <= 0:
             break
         if select.select([channel], [], [], min(left, 0.05))[0]:
-            while select.select([channel], [], [], 0)[0]:
-                channel.get_cq_event()
-                cq.ack_events(1)  # at once: a CQ's destroy waits for every event handed out to be acknowledged
-                progress["cq_events"] += 1
+            progress["cq_events"] += channel.drain_events(cq)
             cq.req_notify()
             progress["cq_arms"] += 1
     if polled:

@@ -420,11 +420,15 @@ class Engine:
         return {"drained": not any(debt.values()), "debt_wrs": debt["wrs"], "debt_bytes": debt["bytes"],
                 "debt_grants": debt["grants"], "provider_outstanding_wrs": slots}
 
-    def record_round(self, rnd, *, batches, parents, wrs, usage, public, drain, progress, skew_rail=None):
-        """Append the round's ledger record (docs/receipts.md section 1) and return it."""
+    def record_round(self, rnd, *, batches, parents, wrs, usage, public, drain, progress, skew_rail=None,
+                     at_drain=None):
+        """Append the round's ledger record (docs/receipts.md section 1) and return it. ``at_drain``: the
+        provider's counters (``provider``, ``device``) read before the drain was announced to the peer (whose
+        next round may start at once), else they are read here."""
         report_progress(self, rnd.round_no, ROUNDS, "drained", sum(1 for w in wrs if w["completed_seq"] is not None),
                         len(wrs), len(wrs))
-        now = self.provider.counters()
+        at_drain = at_drain or {}
+        now = at_drain.get("provider") or self.provider.counters()
         finished = time.time()
         record = {
             "round": rnd.round_no, "epoch": self.epoch, "peer_epoch": self.rv.peer_epoch, "input_seed": rnd.seed,
@@ -436,7 +440,7 @@ class Engine:
             "counters": {"public": public, "native": self.native_counters(rnd.native_before, skew_rail)},
             "drain": drain, "progress": progress, "rendezvous": self.rv.counters(rnd.round_no),
             "provider": {k: now[k] - rnd.provider_before[k] for k in now},
-            "device": self.device_counters(rnd.device_before),
+            "device": at_drain.get("device") or self.device_counters(rnd.device_before),
             "errors": [],
         }
         (self.doc["rounds"] if self.survival_rounds is None else self.survival_rounds).append(record)

@@ -77,7 +77,7 @@ def fault_round(eng):
     progress = {"mode": "events" if eng.events else "polling", "poll_calls": 0, "cqes_polled": 0, "cq_arms": 0,
                 "cq_events": 0}
     if eng.events:
-        _drain_events(channel, cq, progress)  # an event round 3 left pending is round 3's, not this one's
+        progress["cq_events"] += channel.drain_events(cq)  # an event round 3 left pending is round 3's
         cq.req_notify()
         progress["cq_arms"] += 1
     # The observer interrupts this post: the copy stops part way, the QP goes to ERR, then the post returns.
@@ -103,10 +103,14 @@ def fault_round(eng):
                             locally_drained=locally_drained, wrs_posted=1, nbytes=reported, expected=True)
         eng.doc["errors"].append(error.as_dict())
 
+    def loans():
+        """The fault round's buffer lent to the device: its WR until a completion of it was polled."""
+        return sum(1 for w in (wr,) if w["completed_seq"] is None)
+
     def release():
-        debt = {"wrs": qp.outstanding, "grants": len(eng.held_grants), "loans": 0 if locally_drained else 1}
+        debt = {"wrs": qp.outstanding, "grants": len(eng.held_grants), "loans": loans()}
         return {"debt_before": debt, "debt_after": {"wrs": qp.outstanding, "grants": len(eng.held_grants),
-                                                    "loans": 0}, "locally_drained": locally_drained}
+                                                    "loans": loans()}, "locally_drained": locally_drained}
 
     # The interrupted QP is destroyed (a receipt) before the drain receipt (inflight_drain_first: after it).
     recovery = eng.recover_lost([qp], release, FAULT_ROUND)
@@ -133,13 +137,6 @@ def fault_round(eng):
         started_at=rnd.started, finished_at=time.time())
 
 
-def _drain_events(channel, cq, progress):
-    while select.select([channel], [], [], 0)[0]:
-        channel.get_cq_event()
-        progress["cq_events"] += 1
-        cq.ack_events(1)
-
-
 def _reap(eng, qp, cq, channel, wr, progress, deadline):
     """Wait for the WR's completion: polling, or the completion channel the CQ was armed on."""
     while wr["completed_seq"] is None:
@@ -160,7 +157,7 @@ def _reap(eng, qp, cq, channel, wr, progress, deadline):
             continue
         if channel is not None:
             if select.select([channel], [], [], max(0.0, min(1.0, deadline - time.monotonic())))[0]:
-                _drain_events(channel, cq, progress)
+                progress["cq_events"] += channel.drain_events(cq)
         else:
             time.sleep(0.0005)
 

@@ -311,11 +311,12 @@ class MemoryCleanupProcess:
         if target.kind == "mr":
             if "release_registration" in self.defects:
                 return {"registrations": 0, "registered_bytes": 0}
-            return {"registrations": 1, "registered_bytes": target.length}
+            # counted: the MR is still registered exactly when its dereg failed (the provider's object lives)
+            return {"registrations": int(target.live), "registered_bytes": target.length if target.live else 0}
         if "release_window" in self.defects:
             return {"borrows": 0, "grants_pending": 0, "loan_bytes": 0, "windows": 0}
         return {"borrows": 1 if parent.live else 0, "grants_pending": len(eng.window["grant"]),
-                "loan_bytes": eng.window["length"], "windows": 1}
+                "loan_bytes": eng.window["length"], "windows": int(target.live)}
 
     def _retained(self):
         """After the caller dropped its handles: the weak owner of the allocation, the provider's key domain (a

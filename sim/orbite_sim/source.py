@@ -346,7 +346,10 @@ class SourceEngine(Engine):
         debt = len(self.grants)
         public = self.new_public()
         moved = "read_bytes_served" if self.operation == "read" else "write_bytes_landed"
-        device = self.device_counters(rnd.device_before)
+        # The round's figures are read before ROUND_DRAINED: the requester may start the next round (and its
+        # provider move bytes through this one's devices) as soon as it arrives.
+        at_drain = {"provider": self.provider.counters(), "device": self.device_counters(rnd.device_before)}
+        device = at_drain["device"]
         for rail in self.enabled_rails:
             count_public(public, rail, device[str(rail)][moved])
         # This engine posts no WR: its WR debt is what the provider says its QPs still hold.
@@ -356,7 +359,7 @@ class SourceEngine(Engine):
                      released=sorted(released))
         usage = [qp_usage(qp, qp.qpn in rnd.created, qp.qpn not in rnd.created) for qp in self.by_qpn.values()]
         self.record_round(rnd, batches=[], parents=parents, wrs=[], usage=usage, public=public, drain=drain,
-                          progress=new_progress(self.events))
+                          progress=new_progress(self.events), at_drain=at_drain)
 
     def close(self):
         self.rv.close()

@@ -23,6 +23,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import select
 import stat
 
 from .errors import CaseError
@@ -531,6 +532,16 @@ class CompletionChannel(_Owner):
         if self.context.lib.ibv_get_cq_event(self.ptr, ctypes.byref(cq), ctypes.byref(cq_context)):
             raise VerbsError("ibv_get_cq_event", _errno())
         return cq.value
+
+    def drain_events(self, cq):
+        """Fetch every event pending now on this channel (its one CQ ``cq``), acknowledging each at once (a CQ's
+        destroy waits for every event handed out to be acknowledged); how many."""
+        count = 0
+        while select.select([self], [], [], 0)[0]:
+            self.get_cq_event()
+            cq.ack_events(1)
+            count += 1
+        return count
 
     def destroy(self):
         if self.live:

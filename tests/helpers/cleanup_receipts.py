@@ -1,6 +1,6 @@
-"""Reading one case's receipts of an installed-cleanup-failure runner pair (tests/unit/sim/
-test_sim_cleanup_failure.py, test_sim_cleanup_kinds.py): the case is ``c1`` of the run directory (editing them:
-helpers/receipts.py)."""
+"""Reading one case's receipts of a runner pair (tests/unit/sim/test_sim_cleanup_failure.py,
+test_sim_cleanup_kinds.py; case_dir and ledger also test_sim_inflight_dma.py, test_sim_memory_cleanup.py): the
+case is ``c1`` of the run directory (editing them: helpers/receipts.py)."""
 
 import json
 

@@ -368,6 +368,10 @@ class ObserverLog:
     def count(self, kind):
         return self.kinds.count(kind)
 
+    def text_events(self, ev):
+        """The text events named ``ev`` (``{"ev": ev, ...}``) in log order."""
+        return [event for _pos, event in sorted(self.texts.items()) if event.get("ev") == ev]
+
     def select(self, kind, column):
         """The values of ``column`` (a list or bytes over every record) at the records of ``kind``."""
         return list(compress(column, self.kinds.translate(_MASK[kind])))

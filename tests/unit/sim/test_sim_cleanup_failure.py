@@ -171,6 +171,10 @@ def _refused_to_arm(events):
     # A consistent defect: the provider's QP count lowered alike before and after (the QP gone, the record
     # self-consistent); the profile model's count is the expectation.
     ("cleanup.retained", lambda case: _edit(case / "requester" / "g1" / "ledger.json", _one_qp_fewer_held)),
+    # The requester's word against the source's: its quarantined batch holds no grant while the source counts
+    # one pending (the peer's record, not the source's own, is the second witness).
+    ("cleanup.grant_unresolved", lambda case: _edit(case / "requester" / "g1" / "ledger.json",
+                                                    lambda d: d["restart"]["cleanup"]["batch"].update(grants=[]))),
     # The batch claimed a local drain after the EIO.
     ("cleanup.unquiesced", lambda case: _edit(case / "requester" / "g1" / "ledger.json",
                                               lambda d: d["restart"]["cleanup"]["close"].update(locally_drained=True))),

@@ -10,13 +10,15 @@ Red check of the runner side: removing a switch's branch in sim/orbite_sim/infli
 """
 
 import hashlib
-import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import observer_log, sim_pair
+from helpers.cleanup_receipts import case_dir as _case
+from helpers.cleanup_receipts import ledger as _pair_ledger
+from helpers.receipts import edit_json as _edit
 from helpers.sim_restart_pair import findings_by_code
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
@@ -54,16 +56,12 @@ def healthy_write(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("inf") / "inf-write", inflight_profile("write", True, mask=2))
 
 
-def _case(run_dir):
-    return run_dir / "cases" / "c1"
-
-
 def _ledger_path(run_dir, role):
     return _case(run_dir) / role / "g1" / "ledger.json"
 
 
 def _ledger(run_dir, role):
-    return json.loads(_ledger_path(run_dir, role).read_text())
+    return _pair_ledger(run_dir, role, 1)
 
 
 def _log_path(run_dir):
@@ -188,12 +186,6 @@ def _port_moved(events):
         if event.get("ev") == "inflight_fault":
             event.update(modify_qp=-1, port_state_after=1)
     return events
-
-
-def _edit(path, change):
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
 def _as_completed(run_dir):

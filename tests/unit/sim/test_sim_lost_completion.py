@@ -54,6 +54,15 @@ def test_a_healthy_lost_completion_passes_with_every_rule_applied(healthy, fault
         assert findings[code]["status"] == "PASS", (code, findings[code])
 
 
+def test_every_ledger_of_both_faults_is_valid_against_its_schema(healthy):
+    """The survivor's too (either role): its recovery destroys the QPs towards the dead peer."""
+    for run_dir in healthy.values():
+        paths = sorted((run_dir / "cases" / "c1").glob("*/g*/ledger.json"))
+        assert len(paths) >= 4
+        for path in paths:
+            LEDGER.validate(json.loads(path.read_text()))
+
+
 def _log(path):
     return observer_log.decode(path.read_bytes())
 

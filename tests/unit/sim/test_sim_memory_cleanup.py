@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cleanup_receipts import case_dir as _case
+from helpers.cleanup_receipts import ledger as _pair_ledger
 from helpers.receipts import edit_json, edit_lines
 from helpers.sim_restart_pair import findings_by_code, mode_profile, run_restart_pair
 
@@ -52,16 +54,12 @@ def healthy(tmp_path_factory):
     return runs
 
 
-def _case(run_dir):
-    return run_dir / "cases" / "c1"
-
-
 def _ledger_path(run_dir, role):
     return _case(run_dir) / role / "g1" / "ledger.json"
 
 
 def _ledger(run_dir, role):
-    return json.loads(_ledger_path(run_dir, role).read_text())
+    return _pair_ledger(run_dir, role, 1)
 
 
 def _log_path(run_dir, role):

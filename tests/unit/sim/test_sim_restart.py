@@ -111,6 +111,12 @@ def test_each_restart_defect_fails_exactly_its_rule(tmp_path, defect, fault, cod
     run_restart_pair(run_dir, "c1", restart_profile(fault, 2), defects=[defect])
     verdict = verify_run(str(run_dir), write=False)
     assert sorted(verdict["failed_codes"]) == sorted(["run.diagnostic", code]), verdict["failed_codes"]
+    # a defect changes what the runner did, never the receipts' shape (drop_cached_qps: QPs destroyed "restart")
+    for path in sorted((run_dir / "cases" / "c1").glob("*/g*/ledger.json")):
+        LEDGER.validate(json.loads(path.read_text()))
+    if defect == "drop_cached_qps":
+        ledger = json.loads((run_dir / "cases" / "c1" / "source" / "g1" / "ledger.json").read_text())
+        assert {q["destroyed_round"] for q in ledger["qps"]} == {"restart"}
 
 
 def test_the_restart_defect_table_covers_every_restart_switch():

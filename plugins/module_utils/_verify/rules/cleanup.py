@@ -89,7 +89,7 @@ def _log(case):
 
 def _destroys(log):
     """The observer's destroy events in log order."""
-    return [event for _pos, event in sorted(log.texts.items()) if event.get("ev") == "destroy"]
+    return log.text_events("destroy")
 
 
 def _expected_charges(case):
@@ -108,7 +108,7 @@ def check_fault(case):
     if log is None or not log.ok:
         return [("requester g1: no usable uverbs_fault observer log (the profile model loads it there)",
                  log.path if log is not None else case.ledger_path("requester", FAULT_GENERATION))]
-    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    refused = [event.get("reason") for event in log.text_events("not_armed")]
     if refused:
         return [(f"requester g1: the uverbs_fault observer refused to arm ({refused[0]}): no fault was injected",
                  log.path)]
@@ -146,7 +146,7 @@ def _usable_log(case):
     if log is None or not log.ok:
         return None, [("requester g1: no usable uverbs_fault observer log (the profile model loads it there)",
                        log.path if log is not None else case.ledger_path("requester", FAULT_GENERATION))]
-    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    refused = [event.get("reason") for event in log.text_events("not_armed")]
     if refused:
         return None, [(f"requester g1: the uverbs_fault observer refused to arm ({refused[0]}): nothing was observed",
                        log.path)]
@@ -197,7 +197,7 @@ def check_dependency(case):
 
 @rule("cleanup.unquiesced", "cleanup",
       "the cleanup round's wait timed out and its close failed Unquiesced, not locally drained, with the batch "
-      "Failed and its QP still live",
+      "Failed (the runner's word; that the QP stays live is cleanup.retained's real query, qp kind)",
       witness=("runner", "profile"), needs=("ledgers",), applies=withheld_kind,
       after=("cleanup.fault", "cleanup.dependency"))
 def check_unquiesced(case):
@@ -226,7 +226,8 @@ def check_unquiesced(case):
 
 @rule("cleanup.events", "cleanup",
       "channel: the cleanup round's wait progressed through the rail's completion channel (the CQ armed, the "
-      "channel waited on, every event acknowledged), as the profile's event progress asks",
+      "channel waited on, every event acknowledged), as the profile's event progress asks; the arms and polls are "
+      "the runner's own count (no observer or provider figure counts them)",
       witness=("runner", "profile"), needs=("ledgers",), applies=channel_kind, after=("cleanup.dependency",))
 def check_events(case):
     record, where = _record(case)
@@ -333,7 +334,7 @@ def check_retained(case):
 @rule("cleanup.device_open", "cleanup",
       "cq, channel, pd: the device of the retained owner stays open until the process dies (no premature close): "
       "the observer logged no context close in the faulted requester and the provider still holds every context",
-      witness=("observer", "runner"), needs=("ledgers", "observers"), applies=dependency_kind,
+      witness=("observer", "provider", "runner"), needs=("ledgers", "observers"), applies=dependency_kind,
       after=("cleanup.dependency",))
 def check_device_open(case):
     record, where = _record(case)
@@ -342,7 +343,7 @@ def check_device_open(case):
     problems = []
     log = _log(case)
     if log is not None and log.ok:
-        closes = [e for _pos, e in sorted(log.texts.items()) if e.get("ev") == "context_close"]
+        closes = log.text_events("context_close")
         if closes:
             problems.append((f"requester g1: the observer saw the device closed {closes} while its "
                              f"{model.CLEANUP_OWNERS[_kind(case.profile)]['destroy']} was retained", log.path))
@@ -379,7 +380,7 @@ def _expected_held(case, kind, after):
       "the others released: the verbs provider's live objects per kind, before and after, are the profile model's "
       "(with the dependent object), the weak owner of the batch's allocation is alive exactly when the table "
       "retains it, and an idle PD leaves no grant pending at the survivor",
-      witness=("profile", "runner", "peer"), needs=("ledgers",), applies=dependency_kind,
+      witness=("profile", "provider", "runner", "peer"), needs=("ledgers",), applies=dependency_kind,
       after=("cleanup.dependency", "cleanup.device_open"))
 def check_owners(case):
     record, where = _record(case)
@@ -443,7 +444,8 @@ def check_charges(case):
 
 @rule("cleanup.grant_unresolved", "cleanup",
       "the surviving source kept the cleanup round's grant unresolved until the requester died (pending at its "
-      "restart point) and released it after",
+      "restart point: the profile's parents, the grants the requester recorded for its quarantined batch) and "
+      "released it after",
       witness=("peer", "profile"), needs=("ledgers",), applies=withheld_kind)
 def check_grant_unresolved(case):
     parents = case.profile["parents"]
@@ -453,6 +455,11 @@ def check_grant_unresolved(case):
     if held is None or (held.get("round"), held.get("grants_pending")) != (fault_round(case), parents):
         problems.append((f"source g1: the cleanup round's grant at the restart point is {held} (expected round "
                          f"{fault_round(case)} with {parents} pending)", f"{path}#restart.cleanup"))
+    record, where = _record(case)
+    granted = _part(record, "batch").get("grants")
+    if held is not None and (not isinstance(granted, list) or len(granted) != held.get("grants_pending")):
+        problems.append((f"requester g1: the quarantined batch holds grants {granted!r}, the source has "
+                         f"{held.get('grants_pending')!r} pending at its restart point", f"{where}.batch"))
     following = FAULT_GENERATION + 1
     recovery = restart_section(case.ledger("source", following), "recovery")
     if recovery is None or recovery.get("grants_released") != parents:

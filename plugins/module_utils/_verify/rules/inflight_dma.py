@@ -57,15 +57,11 @@ def _log(case):
     return log if log is not None and log.ok else None  # else its receipt.* finding
 
 
-def _events(log, ev):
-    return [event for _pos, event in sorted(log.texts.items()) if event.get("ev") == ev]
-
-
 def _fault(log):
     """The observer's one inflight_fault event, or None (and the problem)."""
-    found = _events(log, "inflight_fault")
+    found = log.text_events("inflight_fault")
     if len(found) != 1:
-        refused = [e.get("reason") for e in _events(log, "not_armed")]
+        refused = [e.get("reason") for e in log.text_events("not_armed")]
         return None, (f"the inflight_fault observer logged {len(found)} interrupted WR(s), expected exactly 1"
                       + (f" (not armed: {refused[0]})" if refused else ""), log.path)
     return found[0], None
@@ -153,7 +149,7 @@ def check_error_cqe(case):
         return []
     problems = []
     key = (fault.get("ctx"), fault.get("cq"), fault.get("qpn"), fault.get("wr_id"))
-    joined = [e for e in _events(log, "inflight_cqe")
+    joined = [e for e in log.text_events("inflight_cqe")
               if (e.get("ctx"), e.get("cq"), e.get("qpn"), e.get("wr_id")) == key]
     statuses = [s for q, w, s in zip(log.column(CQE, "qpn"), log.column(CQE, "wr_id"), log.column(CQE, "status"))
                 if (q, w) == key[2:]]
@@ -173,7 +169,8 @@ def check_error_cqe(case):
 @rule("inflight_dma.batch_failed", "inflight_dma",
       "the fault round's batch failed after a proven local drain: state Failed, zero bytes reported (batch, parent, "
       "public counters, typed error), WRITE effect Unknown (READ None), no send-queue debt by the engine's records "
-      "or the provider's, one TransferFailed in wait", witness=("profile",), applies=inflight_mode)
+      "or the provider's, one TransferFailed in wait (the batch's state, bytes and typed error are the runner's "
+      "word: no observer sees the public API)", witness=("profile", "runner"), applies=inflight_mode)
 def check_batch_failed(case):
     section, where = _section(case, "requester")
     effect = "Unknown" if case.profile["operation"] == "write" else "None"
@@ -224,7 +221,7 @@ def check_destroy_before_drain(case):
                          "QP held", f"{where}.recovery"))
     log = _log(case)
     if log is not None:
-        destroys = [e for e in _events(log, "inflight_destroy") if e.get("qpn") == qpn]
+        destroys = [e for e in log.text_events("inflight_destroy") if e.get("qpn") == qpn]
         seen = [(e.get("ret"), e.get("after_cqe")) for e in destroys]
         if seen != [(0, 1)]:
             problems.append((f"the observer saw QP {qpn} destroyed {seen} (result, after the error completion); "
@@ -284,7 +281,7 @@ def check_destination(case):
                          f"{where}.device"))
     log, fault = _logged_fault(case)
     if fault is not None and case.profile["operation"] == "read":
-        cqes = _events(log, "inflight_cqe")
+        cqes = log.text_events("inflight_cqe")
         seen = fault.get("landed_local"), [e.get("dest_sha256") for e in cqes]
         if seen != (stall, [expected.hexdigest()]):
             problems.append((f"the observer saw {seen[0]!r} bytes land and hashed the destination {seen[1]} at the "

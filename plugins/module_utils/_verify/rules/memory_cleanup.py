@@ -60,7 +60,7 @@ def _log(case):
 
 
 def _destroys(log):
-    return [event for _pos, event in sorted(log.texts.items()) if event.get("ev") == "destroy"]
+    return log.text_events("destroy")
 
 
 def _injected(destroys):
@@ -89,7 +89,7 @@ def check_fault(case):
     if log is None or not log.ok:
         return [(f"{role} g1: no usable uverbs_fault observer log (the profile model loads it into the fault role): "
                  "no fault was injected", log.path if log is not None else case.ledger_path(role, GENERATION))]
-    refused = [event.get("reason") for _pos, event in sorted(log.texts.items()) if event.get("ev") == "not_armed"]
+    refused = [event.get("reason") for event in log.text_events("not_armed")]
     if refused:
         return [(f"{role} g1: the uverbs_fault observer refused to arm ({refused[0]}): no fault was injected",
                  log.path)]
@@ -166,9 +166,9 @@ def _charges_held(role, record, where, want, what):
 
 @rule("memory_cleanup.registration", "memory_cleanup",
       "the quarantined MR keeps its registration charge (one registration of the profile's backing) at the close, "
-      "after the caller drops the old engine and at exit, and the provider's key domain still answers for the MR "
-      "with that length",
-      witness=("profile", "provider"), needs=("ledgers",), applies=mr_kind, after=("memory_cleanup.fault",))
+      "after the caller drops the old engine and at exit (the engine's charges: the runner's word), and the "
+      "provider's key domain still answers for the MR with that length",
+      witness=("profile", "provider", "runner"), needs=("ledgers",), applies=mr_kind, after=("memory_cleanup.fault",))
 def check_registration(case):
     role = _fault(case)
     record, where = _section(case, role)
@@ -185,9 +185,9 @@ def check_registration(case):
 
 @rule("memory_cleanup.window", "memory_cleanup",
       "the quarantined MW keeps its parent MR borrow, its grant (the profile's parents), its DMA loan (the "
-      "profile's backing), its quota and its key domain: the provider still answers for the window, bound, and "
-      "for its parent MR with one window bound",
-      witness=("profile", "provider"), needs=("ledgers",), applies=mw_kind, after=("memory_cleanup.fault",))
+      "profile's backing), its quota (the engine's charges: the runner's word) and its key domain: the provider "
+      "still answers for the window, bound, and for its parent MR with one window bound",
+      witness=("profile", "provider", "runner"), needs=("ledgers",), applies=mw_kind, after=("memory_cleanup.fault",))
 def check_window(case):
     role = _fault(case)
     record, where = _section(case, role)
