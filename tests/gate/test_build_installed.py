@@ -66,7 +66,7 @@ def fake_observers(path: Path) -> Path:
     """An observers dir implementing contract 4's make interface with stand-in libraries."""
     path.mkdir()
     (path / "Makefile").write_text(
-        "OUT ?= build\nTOOLS = accounting cq_fault uverbs_fault\n"
+        f"OUT ?= build\nTOOLS = {' '.join(im.OBSERVER_TOOLS)}\n"  # every tool the manifest pins
         'all:\n\tmkdir -p $(OUT)\n\tfor t in $(TOOLS); do echo "stand-in $$t" > $(OUT)/liborbite_$$t.so; done\n'
     )
     cc = path / "fake-cc"  # reports the rdma-core header as present, whatever this machine has
