@@ -4,14 +4,18 @@
 
 
 def case_entry(triple):
-    """(profile, workload, variant) -> {"id", "profile", "workload"}.
+    """(profile, workload, variant) -> {"id", "profile", "workload"[, "defects"]}.
 
     The id is the variant's ``id``, else ``<operation>-<polling|events>``.
     """
     profile, workload, variant = triple
     variant = variant or {}
     default_id = f"{profile['operation']}-{'events' if profile['rdma_events'] else 'polling'}"
-    return {"id": str(variant.get("id") or default_id), "profile": profile, "workload": workload}
+    entry = {"id": str(variant.get("id") or default_id), "profile": profile, "workload": workload}
+    # The variant's own defect switches (red checks of one case; the preflight checks them by name).
+    if variant.get("defects"):
+        entry["defects"] = variant["defects"]
+    return entry
 
 
 def pinned_observer(item, manifest):

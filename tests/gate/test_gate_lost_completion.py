@@ -4,7 +4,8 @@ One run of playbooks/lost_completion.yml with one of its cases on the shipped pr
 the seed allows) must PASS with every lost_completion rule applied: the role preloads
 the hash-pinned cq_fault into the requester only, armed by the profile model's environment, and the verifier
 reconciles what it withheld with the ledgers and journals. The defect switches are red-checked on direct
-runner pairs (tests/unit/sim/test_sim_lost_completion.py), which cost a fraction of a gate run each.
+runner pairs (tests/unit/sim/test_sim_lost_completion.py), which cost a fraction of a gate run each, and again
+end to end in one defect-matrix run (one case per switch, the expected code from that module's table).
 """
 
 import json
@@ -54,3 +55,19 @@ def test_lost_completion_playbook_passes_with_cq_fault_armed_in_the_requester(re
         withheld = run_dir / "cases" / case / "requester" / "g1" / "observer-cq_fault.bin"
         assert withheld.exists()
     assert gate.locks_free(lab)
+
+
+def test_every_lost_completion_switch_fails_exactly_its_code_end_to_end(repo_root, ansible_env, lab, tmp_path):
+    """One run, one case per switch (each a variant's own defects, on the cheapest shipped shape: 8 x 1 MiB, one
+    lane, two generations, WRITE/events; the fault role the direct-pair table gives): each case fails exactly its
+    code and run.diagnostic, the other cases' codes PASS in it, and nothing is left held or running."""
+    table = gate.direct_pair_table("test_sim_lost_completion")
+    variants = [{"id": switch, "defects": [switch],
+                 "changes": {"fault_role": fault, "generations": 2, "operation": "write", "rdma_events": True}}
+                for switch, fault, _code in table]
+    result = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "lost_completion.yml",
+                           {"orbite_case_variants": variants}, timeout=2400)
+    assert result.returncode != 0, result.stdout[-4000:]
+    verdict, run_dir = gate.verdict(tmp_path)
+    gate.check_defect_matrix(verdict, run_dir, {switch: ([switch], [code]) for switch, _fault, code in table})
+    assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
