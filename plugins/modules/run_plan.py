@@ -60,6 +60,12 @@ options:
             diagnostic (C(run.diagnostic)).
         type: list
         elements: str
+      leave_out:
+        description:
+          - Observers this case's deploy and preload left out (a diagnostic red check of the mode's observer).
+          - Recorded in C(run.json) C(case_left_out); the case and the run are diagnostic (C(run.diagnostic)).
+        type: list
+        elements: str
   allow_dirty:
     description: The run uses a dirty build's manifest (diagnosis only; the verdict says so).
     type: bool
@@ -220,6 +226,7 @@ def main():
                 "profile": {"type": "dict", "required": True},
                 "workload": {"type": "dict"},
                 "defects": {"type": "list", "elements": "str"},
+                "leave_out": {"type": "list", "elements": "str"},
             }},
             "allow_dirty": {"type": "bool", "default": False},
             "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},

@@ -60,14 +60,32 @@ def test_lost_completion_playbook_passes_with_cq_fault_armed_in_the_requester(re
 def test_every_lost_completion_switch_fails_exactly_its_code_end_to_end(repo_root, ansible_env, lab, tmp_path):
     """One run, one case per switch (each a variant's own defects, on the cheapest shipped shape: 8 x 1 MiB, one
     lane, two generations, WRITE/events; the fault role the direct-pair table gives): each case fails exactly its
-    code and run.diagnostic, the other cases' codes PASS in it, and nothing is left held or running."""
+    code and run.diagnostic, the other cases' codes PASS in it, and nothing is left held or running. A last case
+    leaves cq_fault out of the deploy and preload (a diagnostic variant): it fails by the observer's name."""
     table = gate.direct_pair_table("test_sim_lost_completion")
-    variants = [{"id": switch, "defects": [switch],
-                 "changes": {"fault_role": fault, "generations": 2, "operation": "write", "rdma_events": True}}
+    shape = {"generations": 2, "operation": "write", "rdma_events": True}
+    variants = [{"id": switch, "defects": [switch], "changes": dict(shape, fault_role=fault)}
                 for switch, fault, _code in table]
+    variants.append({"id": "no-cq-fault", "leave_out": ["cq_fault"], "changes": dict(shape, fault_role="source")})
     result = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "lost_completion.yml",
                            {"orbite_case_variants": variants}, timeout=2400)
     assert result.returncode != 0, result.stdout[-4000:]
     verdict, run_dir = gate.verdict(tmp_path)
     gate.check_defect_matrix(verdict, run_dir, {switch: ([switch], [code]) for switch, _fault, code in table})
+    assert verdict["diagnostic_only"] and verdict["defects"] == [switch for switch, _fault, _code in table]
+    # Without the preload: the run says so, the observer's log is missing by name, the journal shows the requester
+    # ran without it, and nothing was withheld, so the kill point is not the mode's.
+    plan = json.loads((run_dir / "run.json").read_text())
+    assert plan["case_left_out"] == {"no-cq-fault": ["cq_fault"]}
+    (case,) = [c for c in verdict["cases"] if c["case"] == "no-cq-fault"]
+    findings = {f["code"]: f for f in case["findings"]}
+    assert case["verdict"] == "FAIL"
+    assert "left cq_fault out of the preload" in findings["run.diagnostic"]["message"]
+    assert "the mode loads ['cq_fault'] into the requester" in findings["journal.env"]["message"]
+    assert "observer-cq_fault" in findings["receipt.missing"]["message"]
+    assert findings["lost_completion.kill_point"]["status"] == "FAIL"
+    assert findings["lost_completion.withheld"]["status"] != "PASS"
+    journal = run_dir / "cases" / "no-cq-fault" / "requester" / "journal.jsonl"
+    starts = [e for e in map(json.loads, journal.read_text().splitlines()) if e.get("ev") == "child_start"]
+    assert starts and not [s for s in starts if "LD_PRELOAD" in s["env_keys"]]
     assert gate.locks_free(lab) and not gate.supervisor_pids(lab)

@@ -93,32 +93,37 @@ def kill_when(proc, ready, seconds):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def direct_pair_table(module, name="_DEFECT_CASES"):
-    """The values of a direct-pair test module's switch table (tests/unit/sim/<module>.py ``name``: pytest.param
-    rows such as (switch, fault role, code)): the one source of each switch's expected code, which the gate's
-    defect matrices run again end to end."""
+def direct_pair_module(module):
+    """A direct-pair test module (tests/unit/sim/<module>.py), loaded for its tables."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "unit" / "sim" / f"{module}.py"
     spec = importlib.util.spec_from_file_location(f"orbite_direct_pairs_{module}", path)
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
-    return [tuple(param.values) for param in getattr(loaded, name)]
+    return loaded
+
+
+def direct_pair_table(module, name="_DEFECT_CASES"):
+    """The values of a direct-pair test module's switch table (``name``: pytest.param rows such as (switch, fault
+    role, code)): the one source of each switch's expected code, which the gate's defect matrices run again end
+    to end."""
+    return [tuple(param.values) for param in getattr(direct_pair_module(module), name)]
 
 
 def check_defect_matrix(verdict, run_dir, expected):
-    """One run whose cases each carry one switch (``expected``: case ID -> its switches and its codes): each case
+    """One run whose first cases each carry one switch (``expected``: case ID -> its switches and its codes): each case
     fails exactly its codes and run.diagnostic, and every code another case expects PASSes in it (or is SKIPped:
     masked by the failed one, docs/verifier.md "Masking")."""
     assert verdict["verdict"] == "FAIL" and verdict["complete"], verdict["failed_codes"]
-    assert [c["case"] for c in verdict["cases"]] == list(expected)
+    assert [c["case"] for c in verdict["cases"]][:len(expected)] == list(expected)
     plan = json.loads((Path(run_dir) / "run.json").read_text())
     assert plan["defects"] == [] and plan["case_defects"] == {c: list(s) for c, (s, _) in expected.items()}
     others = {code for _, codes in expected.values() for code in codes}
-    for case in verdict["cases"]:
+    for case in verdict["cases"][:len(expected)]:
         statuses = {f["code"]: f["status"] for f in case["findings"]}
         codes = set(expected[case["case"]][1])
         failed = {code for code, status in statuses.items() if status == "FAIL"}
         assert failed == {"run.diagnostic", *codes}, (case["case"], failed)
         assert all(statuses[code] in ("PASS", "SKIP") for code in others - codes), (case["case"], statuses)
-    assert set(verdict["failed_codes"]) == {"run.diagnostic", *others}, verdict["failed_codes"]
+    assert {"run.diagnostic", *others} <= set(verdict["failed_codes"]), verdict["failed_codes"]

@@ -129,10 +129,13 @@ def _verify_case(case_dir, root, plan, loaded):
     # The switches this case ran with: the run's and its own (run.json case_defects), which the identity
     # rules compare with what each runner was told; a case with its own never passes.
     own = list((case.plan.get("case_defects") or {}).get(case_id) or [])
+    left_out = list((case.plan.get("case_left_out") or {}).get(case_id) or [])
     if own:
         case.plan["defects"] = list(case.plan.get("defects") or []) + own
-        findings.append(finding("run.diagnostic", FAIL, f"this case's own defect switches are on: {', '.join(own)}: "
-                                                        "it is diagnostic and never a PASS",
+    if own or left_out:
+        why = [f"its own defect switches are on: {', '.join(own)}"] if own else []
+        why += [f"it left {', '.join(left_out)} out of the preload"] if left_out else []
+        findings.append(finding("run.diagnostic", FAIL, f"this case is diagnostic and never a PASS: {'; '.join(why)}",
                                 os.path.join(root, "run.json")))
     if loaded is not None:
         loaded["case"] = case
@@ -241,11 +244,11 @@ def _plan_problem(data):
     if not isinstance(defects, list) or not all(names.is_name(d) for d in defects):
         return (f"run.json: defects={names.quote(defects)}: must be a list of defect switch names (empty for a "
                 "qualifying run)")
-    case_defects = data.get("case_defects", {})
-    if not (isinstance(case_defects, dict) and all(
-            isinstance(v, list) and all(names.is_name(d) for d in v) for v in case_defects.values())):
-        return (f"run.json: case_defects={names.quote(case_defects)}: must be an object of case ID to a list of "
-                "defect switch names")
+    for field, what in (("case_defects", "defect switch names"), ("case_left_out", "observer names")):
+        per_case = data.get(field, {})
+        if not (isinstance(per_case, dict) and all(
+                isinstance(v, list) and all(names.is_name(d) for d in v) for v in per_case.values())):
+            return f"run.json: {field}={names.quote(per_case)}: must be an object of case ID to a list of {what}"
     if not isinstance(data.get("allow_dirty"), bool):
         return f"run.json: allow_dirty={names.quote(data.get('allow_dirty'))}: must be true or false"
     for field in ("profiles", "hosts"):
@@ -280,6 +283,8 @@ def _read_plan(run_dir, given):
     # A defect matrix: each case's own switches, named with their case.
     defects += [f"{switch} (case {case_id})" for case_id, switches in sorted(plan.data.get("case_defects", {}).items())
                 for switch in switches]
+    defects += [f"{tool} left out of the preload (case {case_id})"
+                for case_id, tools in sorted(plan.data.get("case_left_out", {}).items()) for tool in tools]
     diagnostic = (finding("run.diagnostic", FAIL, f"defect switches on: {', '.join(defects)}: this run is "
                                                   "diagnostic and never a PASS", run_json)
                   if defects else finding("run.diagnostic", PASS))
@@ -327,7 +332,8 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False, 
         "runner_kind": meta.get("runner_kind") if planned is not None else None,
         "artifacts": meta.get("artifacts") if planned is not None else None,
         "defects": _all_defects(meta) if planned is not None else [],
-        "diagnostic_only": meta.get("allow_dirty") is True or bool(planned is not None and _all_defects(meta)),
+        "diagnostic_only": meta.get("allow_dirty") is True or bool(planned is not None and (
+            _all_defects(meta) or meta.get("case_left_out"))),
         # A rerun of the cases that did not pass in an earlier run (run_plan rerun_from) names that run.
         "origin": meta.get("origin") if planned is not None else None,
         "verdict": INCOMPLETE,
