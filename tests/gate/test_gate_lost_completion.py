@@ -67,11 +67,8 @@ def test_every_lost_completion_switch_fails_exactly_its_code_end_to_end(repo_roo
     variants = [{"id": switch, "defects": [switch], "changes": dict(shape, fault_role=fault)}
                 for switch, fault, _code in table]
     variants.append({"id": "no-cq-fault", "leave_out": ["cq_fault"], "changes": dict(shape, fault_role="source")})
-    result = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "lost_completion.yml",
-                           {"orbite_case_variants": variants}, timeout=2400)
-    assert result.returncode != 0, result.stdout[-4000:]
-    verdict, run_dir = gate.verdict(tmp_path)
-    gate.check_defect_matrix(verdict, run_dir, {switch: ([switch], [code]) for switch, _fault, code in table})
+    verdict, run_dir = gate.run_defect_matrix(repo_root, ansible_env, lab, tmp_path, "lost_completion.yml", variants,
+                                              {switch: ([switch], [code]) for switch, _fault, code in table})
     assert verdict["diagnostic_only"] and verdict["defects"] == [switch for switch, _fault, _code in table]
     # Without the preload: the run says so, the observer's log is missing by name, the journal shows the requester
     # ran without it, and nothing was withheld, so the kill point is not the mode's.
@@ -88,4 +85,3 @@ def test_every_lost_completion_switch_fails_exactly_its_code_end_to_end(repo_roo
     journal = run_dir / "cases" / "no-cq-fault" / "requester" / "journal.jsonl"
     starts = [e for e in map(json.loads, journal.read_text().splitlines()) if e.get("ev") == "child_start"]
     assert starts and not [s for s in starts if "LD_PRELOAD" in s["env_keys"]]
-    assert gate.locks_free(lab) and not gate.supervisor_pids(lab)

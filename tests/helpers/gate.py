@@ -127,3 +127,17 @@ def check_defect_matrix(verdict, run_dir, expected):
         assert failed == {"run.diagnostic", *codes}, (case["case"], failed)
         assert all(statuses.get(code) in (None, "PASS", "SKIP") for code in others - codes), (case["case"], statuses)
     assert {"run.diagnostic", *others} <= set(verdict["failed_codes"]), verdict["failed_codes"]
+
+
+def run_defect_matrix(repo_root, ansible_env, lab, runs, playbook, variants, expected):
+    """One run of ``playbook`` with ``variants`` (the first ones each carrying the switches ``expected`` names),
+    checked by check_defect_matrix; with no other variant the run fails exactly those codes. Every lock is free and
+    no supervisor is left afterwards. Returns (verdict, run directory)."""
+    result = run_gate(repo_root, ansible_env, lab, runs, playbook, {"orbite_case_variants": variants}, timeout=2400)
+    assert result.returncode != 0, result.stdout[-4000:]
+    found, run_dir = verdict(runs)
+    check_defect_matrix(found, run_dir, expected)
+    if len(variants) == len(expected):
+        assert set(found["failed_codes"]) == {"run.diagnostic", *(c for _s, codes in expected.values() for c in codes)}
+    assert locks_free(lab) and not supervisor_pids(lab)
+    return found, run_dir
