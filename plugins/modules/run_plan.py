@@ -53,6 +53,19 @@ options:
           - The workload derived from the profile (RV(orbite.qualification.profile_info#module:workload)).
           - Accepted and not written; the verifier derives the workload from the profile itself.
         type: dict
+      defects:
+        description:
+          - This case's own defect switches (red checks only), on top of O(defects).
+          - Recorded in C(run.json) C(case_defects) and the case's C(case.json); the case and the run are
+            diagnostic (C(run.diagnostic)).
+        type: list
+        elements: str
+      leave_out:
+        description:
+          - Observers this case's deploy and preload left out (a diagnostic red check of the mode's observer).
+          - Recorded in C(run.json) C(case_left_out); the case and the run are diagnostic (C(run.diagnostic)).
+        type: list
+        elements: str
   allow_dirty:
     description: The run uses a dirty build's manifest (diagnosis only; the verdict says so).
     type: bool
@@ -212,6 +225,8 @@ def main():
                 "id": {"type": "str", "required": True},
                 "profile": {"type": "dict", "required": True},
                 "workload": {"type": "dict"},
+                "defects": {"type": "list", "elements": "str"},
+                "leave_out": {"type": "list", "elements": "str"},
             }},
             "allow_dirty": {"type": "bool", "default": False},
             "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},

@@ -110,6 +110,21 @@ INFLIGHT_DEFECTS = (
     "inflight_untouched",
     "inflight_no_survival",
 )
+ALL_DEFECTS = (DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS + LOST_DEFECTS + CLEANUP_DEFECTS + INFLIGHT_DEFECTS
+               + MEMORY_DEFECTS)
+# The one table of which switch belongs to which mode (the others go with any mode): the runner's check below and
+# the controller's preflight (it asks the runner: orbite-sim-runner --defect-table) read it.
+SWITCH_MODES = {name: mode for mode, switches in ((INTERRUPTION_MODE, INTERRUPTION_DEFECTS), (LOST_MODE, LOST_DEFECTS),
+                                                  (CLEANUP_MODE, CLEANUP_DEFECTS), (INFLIGHT_MODE, INFLIGHT_DEFECTS),
+                                                  (MEMORY_MODE, MEMORY_DEFECTS))
+                for name in switches}
+
+
+def defect_table():
+    """{mode: the defect switches a case of that mode may carry}, from SWITCH_MODES."""
+    return {mode: [name for name in ALL_DEFECTS if SWITCH_MODES.get(name, mode) == mode] for mode in SUPPORTED_MODES}
+
+
 TOP_FIELDS = (
     "schema", "version", "protocol", "run_id", "role", "generation", "profile", "root", "rails",
     "discovery", "service_address", "peer_address", "registration_id", "peer_registration_id",
@@ -254,9 +269,7 @@ def validate_case(raw):
     case["observer_log_dir"] = _str(raw, "observer_log_dir", "observer_log_dir", required=False)
     case["seed"] = _int(raw, "seed", "seed", low=0, high=(1 << 64) - 1, required=False)
     case["timeouts"] = _validate_timeouts(raw.get("timeouts", {}))
-    switches = (DEFECTS + RESTART_DEFECTS + INTERRUPTION_DEFECTS + LOST_DEFECTS + CLEANUP_DEFECTS + INFLIGHT_DEFECTS
-                + MEMORY_DEFECTS)
-    case["defects"] = _name_list(raw, "defects", switches)
+    case["defects"] = _name_list(raw, "defects", ALL_DEFECTS)
     case["verbs_library"] = _validate_verbs_library(raw.get("verbs_library"))
     generations = case["profile"].get("generations", 1)
     if case["generation"] > generations:
@@ -269,13 +282,10 @@ def validate_case(raw):
         # lost completions: how long each batch of the lost round waits for completions that never come;
         # cleanup: the wait for a withheld completion.
         case["timeouts"].setdefault("grant_s", DEFAULT_GRANT_S)
-    for mode, switches in ((INTERRUPTION_MODE, INTERRUPTION_DEFECTS), (LOST_MODE, LOST_DEFECTS),
-                           (CLEANUP_MODE, CLEANUP_DEFECTS), (INFLIGHT_MODE, INFLIGHT_DEFECTS),
-                           (MEMORY_MODE, MEMORY_DEFECTS)):
-        if case["profile"]["mode"] != mode:
-            for i, name in enumerate(case["defects"]):
-                if name in switches:
-                    _fail(f"defects[{i}]", name, f"is an {mode} switch")
+    for i, name in enumerate(case["defects"]):
+        owner = SWITCH_MODES.get(name)
+        if owner is not None and owner != case["profile"]["mode"]:
+            _fail(f"defects[{i}]", name, f"is an {owner} switch")
     if case["survivor"] and case["generation"] != 1:
         _fail("generation", case["generation"], "the survivor of installed-restart starts once, in generation 1")
     return case

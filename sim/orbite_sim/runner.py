@@ -3,12 +3,13 @@
 """Command line of the simulated runner and the mapping of outcomes to exit codes."""
 
 import argparse
+import json
 import os
 import sys
 import traceback
 
 from . import PROTOCOL
-from .case import load_case
+from .case import defect_table, load_case
 from .errors import (
     EXIT_CASE_ERROR,
     EXIT_CHECK_FAILED,
@@ -33,10 +34,12 @@ def _parse(argv):
     parser = _Parser(prog="orbite-sim-runner", description="Simulated OrbiTE engine runner ("
                      + PROTOCOL + "); see docs/runner-contract.md.")
     parser.add_argument("--protocol", action="store_true", help="print the protocol string and exit")
+    parser.add_argument("--defect-table", action="store_true",
+                        help="print which defect switches each mode takes (JSON) and exit")
     parser.add_argument("--case", help="case file (JSON, schema orbite.runner-case v1)")
     parser.add_argument("--output", help="output directory (ledger.json, ready.json, observer logs)")
     args = parser.parse_args(argv)
-    if not args.protocol and (not args.case or not args.output):
+    if not (args.protocol or args.defect_table) and (not args.case or not args.output):
         raise CaseError("command line: --case and --output are required (or --protocol)")
     return args
 
@@ -59,6 +62,9 @@ def main(argv=None):
         return EXIT_CASE_ERROR
     if args.protocol:
         print(PROTOCOL)
+        return EXIT_OK
+    if args.defect_table:
+        print(json.dumps(defect_table(), sort_keys=True))
         return EXIT_OK
     if "RDMAV_ALLOW_DISASSOC_DESTROY" in os.environ:
         print("orbite-runner: RDMAV_ALLOW_DISASSOC_DESTROY is set; it would turn a destroy EIO into success",

@@ -6,7 +6,8 @@ preloads the real uverbs_fault observer, armed by the profile model's env, into 
 and the supervisors end with every lock free. A controller killed in the middle of a cq case's fault leaves
 nothing armed: once the lease ends the supervisors, a healthy pd case on the same nodes passes. The defect
 switches and the rules' red checks run on direct runner pairs (tests/unit/sim/test_sim_cleanup_failure.py,
-test_sim_cleanup_kinds.py), not here: CI time.
+test_sim_cleanup_kinds.py); each switch once more end to end in one defect-matrix run (one case per switch, its
+code from those modules' tables).
 """
 
 import json
@@ -86,3 +87,17 @@ def test_a_controller_killed_mid_fault_leaves_nothing_armed(repo_root, ansible_e
     ledger = json.loads((run_dir / "cases" / HEALTHY / "requester" / "g1" / "ledger.json").read_text())
     assert ledger["restart"]["cleanup"]["close"]["destroy"] == {"call": "ibv_dealloc_pd", "errno": "EBUSY"}
     assert gate.locks_free(lab)
+
+
+def test_every_cleanup_switch_fails_exactly_its_code_end_to_end(repo_root, ansible_env, lab, tmp_path):
+    """One run, one case per switch: the qp table's switches on the qp kind (rail 0, READ/polling, as the direct
+    pairs), then the switches only a dependency kind reaches (keep_released, premature_device_close) on the first
+    kind the dependency table gives them; each case fails exactly its code and run.diagnostic."""
+    matrix = {switch: ("qp", code) for switch, code in gate.direct_pair_table("test_sim_cleanup_failure")}
+    for kind, switch, code in gate.direct_pair_table("test_sim_cleanup_kinds", "KIND_DEFECT_CASES"):
+        matrix.setdefault(switch, (kind, code))
+    variants = [{"id": switch, "defects": [switch],
+                 "changes": {"cleanup_kind": kind, "mask": 1, "operation": "read", "rdma_events": kind == "channel"}}
+                for switch, (kind, _code) in matrix.items()]
+    gate.run_defect_matrix(repo_root, ansible_env, lab, tmp_path, "cleanup_failure.yml", variants,
+                           {switch: ([switch], [code]) for switch, (_kind, code) in matrix.items()})

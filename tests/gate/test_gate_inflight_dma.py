@@ -44,3 +44,13 @@ def test_inflight_dma_playbook_passes_with_inflight_fault_armed_in_the_requester
     assert not [s for s in starts["source"] if "LD_PRELOAD" in s["env_keys"]]
     assert (run_dir / "cases" / CASE / "requester" / "g1" / "observer-inflight_fault.bin").exists()
     assert gate.locks_free(lab)
+
+
+def test_every_inflight_switch_fails_exactly_its_code_end_to_end(repo_root, ansible_env, lab, tmp_path):
+    """One run, one case per switch on the shipped 4 MiB profile (polling, rail 0), READ or WRITE as the direct-pair
+    table gives it: each case fails exactly its code and run.diagnostic, the others' codes PASS in it."""
+    table = gate.direct_pair_table("test_sim_inflight_dma")
+    variants = [{"id": switch, "defects": [switch], "changes": {"operation": operation}}
+                for switch, _code, operation in table]
+    gate.run_defect_matrix(repo_root, ansible_env, lab, tmp_path, "inflight_dma.yml", variants,
+                           {switch: ([switch], [code]) for switch, code, _op in table})

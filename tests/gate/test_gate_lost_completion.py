@@ -4,7 +4,8 @@ One run of playbooks/lost_completion.yml with one of its cases on the shipped pr
 the seed allows) must PASS with every lost_completion rule applied: the role preloads
 the hash-pinned cq_fault into the requester only, armed by the profile model's environment, and the verifier
 reconciles what it withheld with the ledgers and journals. The defect switches are red-checked on direct
-runner pairs (tests/unit/sim/test_sim_lost_completion.py), which cost a fraction of a gate run each.
+runner pairs (tests/unit/sim/test_sim_lost_completion.py), which cost a fraction of a gate run each, and again
+end to end in one defect-matrix run (one case per switch, the expected code from that module's table).
 """
 
 import json
@@ -54,3 +55,33 @@ def test_lost_completion_playbook_passes_with_cq_fault_armed_in_the_requester(re
         withheld = run_dir / "cases" / case / "requester" / "g1" / "observer-cq_fault.bin"
         assert withheld.exists()
     assert gate.locks_free(lab)
+
+
+def test_every_lost_completion_switch_fails_exactly_its_code_end_to_end(repo_root, ansible_env, lab, tmp_path):
+    """One run, one case per switch (each a variant's own defects, on the cheapest shipped shape: 8 x 1 MiB, one
+    lane, two generations, WRITE/events; the fault role the direct-pair table gives): each case fails exactly its
+    code and run.diagnostic, the other cases' codes PASS in it, and nothing is left held or running. A last case
+    leaves cq_fault out of the deploy and preload (a diagnostic variant): it fails by the observer's name."""
+    table = gate.direct_pair_table("test_sim_lost_completion")
+    shape = {"generations": 2, "operation": "write", "rdma_events": True}
+    variants = [{"id": switch, "defects": [switch], "changes": dict(shape, fault_role=fault)}
+                for switch, fault, _code in table]
+    variants.append({"id": "no-cq-fault", "leave_out": ["cq_fault"], "changes": dict(shape, fault_role="source")})
+    verdict, run_dir = gate.run_defect_matrix(repo_root, ansible_env, lab, tmp_path, "lost_completion.yml", variants,
+                                              {switch: ([switch], [code]) for switch, _fault, code in table})
+    assert verdict["diagnostic_only"] and sorted(verdict["defects"]) == sorted(s for s, _fault, _code in table)
+    # Without the preload: the run says so, the observer's log is missing by name, the journal shows the requester
+    # ran without it, and nothing was withheld, so the kill point is not the mode's.
+    plan = json.loads((run_dir / "run.json").read_text())
+    assert plan["case_left_out"] == {"no-cq-fault": ["cq_fault"]}
+    (case,) = [c for c in verdict["cases"] if c["case"] == "no-cq-fault"]
+    findings = {f["code"]: f for f in case["findings"]}
+    assert case["verdict"] == "FAIL"
+    assert "left cq_fault out of the preload" in findings["run.diagnostic"]["message"]
+    assert "the mode loads ['cq_fault'] into the requester" in findings["journal.env"]["message"]
+    assert "observer-cq_fault" in findings["receipt.missing"]["message"]
+    assert findings["lost_completion.kill_point"]["status"] == "FAIL"
+    assert findings["lost_completion.withheld"]["status"] != "PASS"
+    journal = run_dir / "cases" / "no-cq-fault" / "requester" / "journal.jsonl"
+    starts = [e for e in map(json.loads, journal.read_text().splitlines()) if e.get("ev") == "child_start"]
+    assert starts and not [s for s in starts if "LD_PRELOAD" in s["env_keys"]]

@@ -43,3 +43,17 @@ def test_memory_cleanup_playbook_passes_one_case(repo_root, ansible_env, lab, tm
     ledger = json.loads((case_dir / "source" / "g1" / "ledger.json").read_text())
     assert ledger["memory_cleanup"]["close"]["release"] == {"call": "ibv_dealloc_mw", "errno": "EIO"}
     assert gate.locks_free(lab)
+
+
+def test_every_memory_switch_fails_exactly_its_code_end_to_end(repo_root, ansible_env, lab, tmp_path):
+    """One run, one case per switch, each on the kind, fault role and progress mode the direct-pair table gives it
+    (tests/unit/sim/test_sim_memory_cleanup.py COMBOS): each case fails exactly its code and run.diagnostic."""
+    pairs = gate.direct_pair_module("test_sim_memory_cleanup")
+    table = gate.direct_pair_table("test_sim_memory_cleanup")
+    variants = []
+    for switch, combo, _code in table:
+        kind, role, operation, events = pairs.COMBOS[combo]
+        variants.append({"id": switch, "defects": [switch], "changes": {
+            "cleanup_kind": kind, "fault_role": role, "operation": operation, "rdma_events": events}})
+    gate.run_defect_matrix(repo_root, ansible_env, lab, tmp_path, "memory_cleanup.yml", variants,
+                           {switch: ([switch], [code]) for switch, _combo, code in table})

@@ -239,3 +239,28 @@ def test_a_failed_preflight_still_publishes_a_fail_artifact(repo_root, ansible_e
     assert "num_lanes" in stats["orbite_verdict_error"]
     assert "preflight failed, nothing was run" in result.stdout
     assert _recap_hosts(result.stdout[: result.stdout.index("CUSTOM STATS")]) == {"localhost"}
+
+
+def test_a_case_variants_defect_switches_are_checked_by_name_before_any_node(repo_root, ansible_env, inventory,
+                                                                               tmp_path):
+    """A defect-matrix variant's switches (docs/reports.md): another mode's switch and an unknown one each stop the
+    preflight naming the case, the field, the value and the rule, by the runner's own table (--defect-table);
+    no plan is written and no node is contacted (the inventory's nodes do not exist)."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{}")
+    variants = [{"id": "c1", "defects": ["fabricate_cqe", "retry_destroy", "no_such_switch"], "changes": {}}]
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+           str(repo_root / "playbooks" / "lost_completion.yml"), "-e", json.dumps({
+               "orbite_case_variants": variants, "orbite_source": "node-a", "orbite_requester": "node-b",
+               "orbite_sim_native_manifest": str(manifest), "orbite_output_dir": str(tmp_path / "runs"),
+               "orbite_run_id": "bad-switch"})]
+    result = subprocess.run(cmd, cwd=repo_root, env=ansible_env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, out
+    assert ('case c1: defects[1]="retry_destroy": is a switch of installed-cleanup-failure, not of '
+            'installed-lost-completion') in out
+    assert 'case c1: defects[2]="no_such_switch": is not a defect switch of the simulated runner' in out
+    assert 'defects[0]="fabricate_cqe"' not in out
+    assert "preflight failed, nothing was run" in out
+    assert not (tmp_path / "runs" / "bad-switch" / "run.json").exists()

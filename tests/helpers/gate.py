@@ -91,3 +91,53 @@ def kill_when(proc, ready, seconds):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def direct_pair_module(module):
+    """A direct-pair test module (tests/unit/sim/<module>.py), loaded for its tables."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "unit" / "sim" / f"{module}.py"
+    spec = importlib.util.spec_from_file_location(f"orbite_direct_pairs_{module}", path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def direct_pair_table(module, name="_DEFECT_CASES"):
+    """The values of a direct-pair test module's switch table (``name``: pytest.param rows such as (switch, fault
+    role, code)): the one source of each switch's expected code, which the gate's defect matrices run again end
+    to end."""
+    return [tuple(param.values) for param in getattr(direct_pair_module(module), name)]
+
+
+def check_defect_matrix(verdict, run_dir, expected):
+    """One run whose first cases each carry one switch (``expected``: case ID -> its switches and its codes): each case
+    fails exactly its codes and run.diagnostic, and every code another case expects PASSes in it where it applies
+    (or is SKIPped: masked by the failed one, docs/verifier.md "Masking")."""
+    assert verdict["verdict"] == "FAIL" and verdict["complete"], verdict["failed_codes"]
+    assert [c["case"] for c in verdict["cases"]][:len(expected)] == list(expected)
+    plan = json.loads((Path(run_dir) / "run.json").read_text())
+    assert plan["defects"] == [] and plan["case_defects"] == {c: list(s) for c, (s, _) in expected.items()}
+    others = {code for _, codes in expected.values() for code in codes}
+    for case in verdict["cases"][:len(expected)]:
+        statuses = {f["code"]: f["status"] for f in case["findings"]}
+        codes = set(expected[case["case"]][1])
+        failed = {code for code, status in statuses.items() if status == "FAIL"}
+        assert failed == {"run.diagnostic", *codes}, (case["case"], failed)
+        assert all(statuses.get(code) in (None, "PASS", "SKIP") for code in others - codes), (case["case"], statuses)
+    assert {"run.diagnostic", *others} <= set(verdict["failed_codes"]), verdict["failed_codes"]
+
+
+def run_defect_matrix(repo_root, ansible_env, lab, runs, playbook, variants, expected):
+    """One run of ``playbook`` with ``variants`` (the first ones each carrying the switches ``expected`` names),
+    checked by check_defect_matrix; with no other variant the run fails exactly those codes. Every lock is free and
+    no supervisor is left afterwards. Returns (verdict, run directory)."""
+    result = run_gate(repo_root, ansible_env, lab, runs, playbook, {"orbite_case_variants": variants}, timeout=2400)
+    assert result.returncode != 0, result.stdout[-4000:]
+    found, run_dir = verdict(runs)
+    check_defect_matrix(found, run_dir, expected)
+    if len(variants) == len(expected):
+        assert set(found["failed_codes"]) == {"run.diagnostic", *(c for _s, codes in expected.values() for c in codes)}
+    assert locks_free(lab) and not supervisor_pids(lab)
+    return found, run_dir

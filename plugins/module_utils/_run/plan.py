@@ -175,18 +175,32 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
             if not names.is_name(name):  # they name locks, files and rendezvous peers on the nodes
                 raise RunPlanError(f"cases[{index}].id={case_id!r}: the ID {name!r} (run_id-case_id[-role]) must "
                                    f"be {names.NAME_RULE}; use a shorter run_id or case ID")
+        for field in ("defects", "leave_out"):
+            for index2, name in enumerate(case.get(field) or ()):
+                if not names.is_name(name):
+                    raise RunPlanError(f"cases[{index}].{field}[{index2}]={names.quote(name)}: must be "
+                                       f"{names.NAME_RULE}")
         seen.add(case_id)
+    # A case's own switches (a defect matrix: one case per switch), beside the run's.
+    case_defects = {c["id"]: list(c["defects"]) for c in cases if c.get("defects")}
+    # And the observers a diagnostic case left out of its preload.
+    case_left_out = {c["id"]: list(c["leave_out"]) for c in cases if c.get("leave_out")}
     hosts = {c["id"]: {role: c["profile"].get(role) for role in ROLES} for c in cases}
     run = {"schema": RUN_SCHEMA[0], "version": RUN_SCHEMA[1], "run_id": run_id,
            "cases": [c["id"] for c in cases], "profiles": {c["id"]: c["profile"] for c in cases}, "hosts": hosts,
            "allow_dirty": bool(allow_dirty), "runner_kind": runner_kind, "defects": defects}
+    if case_defects:
+        run["case_defects"] = case_defects
+    if case_left_out:
+        run["case_left_out"] = case_left_out
     if artifacts is not None:
         run["artifacts"] = artifacts
     origin = check_origin(origin, run["cases"])
     if origin is not None:
         run["origin"] = origin
     per_case = {c["id"]: {"schema": CASE_SCHEMA[0], "version": CASE_SCHEMA[1], "case_id": c["id"],
-                          "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"])}
+                          "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"]),
+                          **({"defects": case_defects[c["id"]]} if c["id"] in case_defects else {})}
                 for c in cases}
     return run, per_case
 

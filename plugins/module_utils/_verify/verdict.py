@@ -126,6 +126,17 @@ def _verify_case(case_dir, root, plan, loaded):
 
     case = case_receipts(case_dir, case_id, profile, workload, root=root)
     case.plan, case.meta = dict(plan or {}), meta.data
+    # The switches this case ran with: the run's and its own (run.json case_defects), which the identity
+    # rules compare with what each runner was told; a case with its own never passes.
+    own = list((case.plan.get("case_defects") or {}).get(case_id) or [])
+    left_out = list((case.plan.get("case_left_out") or {}).get(case_id) or [])
+    if own:
+        case.plan["defects"] = list(case.plan.get("defects") or []) + own
+    if own or left_out:
+        why = [f"its own defect switches are on: {', '.join(own)}"] if own else []
+        why += [f"it left {', '.join(left_out)} out of the preload"] if left_out else []
+        findings.append(finding("run.diagnostic", FAIL, f"this case is diagnostic and never a PASS: {'; '.join(why)}",
+                                os.path.join(root, "run.json")))
     if loaded is not None:
         loaded["case"] = case
     problems = bounds + case.problems()
@@ -233,6 +244,11 @@ def _plan_problem(data):
     if not isinstance(defects, list) or not all(names.is_name(d) for d in defects):
         return (f"run.json: defects={names.quote(defects)}: must be a list of defect switch names (empty for a "
                 "qualifying run)")
+    for field, what in (("case_defects", "defect switch names"), ("case_left_out", "observer names")):
+        per_case = data.get(field, {})
+        if not (isinstance(per_case, dict) and all(
+                isinstance(v, list) and all(names.is_name(d) for d in v) for v in per_case.values())):
+            return f"run.json: {field}={names.quote(per_case)}: must be an object of case ID to a list of {what}"
     if not isinstance(data.get("allow_dirty"), bool):
         return f"run.json: allow_dirty={names.quote(data.get('allow_dirty'))}: must be true or false"
     for field in ("profiles", "hosts"):
@@ -264,6 +280,11 @@ def _read_plan(run_dir, given):
         return None, plan.data, [finding("run.plan", FAIL, problem, run_json)]
     cases = plan.data["cases"]
     defects = sorted(plan.data["defects"])
+    # A defect matrix: each case's own switches, named with their case.
+    defects += [f"{switch} (case {case_id})" for case_id, switches in sorted(plan.data.get("case_defects", {}).items())
+                for switch in switches]
+    defects += [f"{tool} left out of the preload (case {case_id})"
+                for case_id, tools in sorted(plan.data.get("case_left_out", {}).items()) for tool in tools]
     diagnostic = (finding("run.diagnostic", FAIL, f"defect switches on: {', '.join(defects)}: this run is "
                                                   "diagnostic and never a PASS", run_json)
                   if defects else finding("run.diagnostic", PASS))
@@ -273,6 +294,14 @@ def _read_plan(run_dir, given):
                                                             f"but are not in the plan {names.quote(cases)}", run_json),
                                   diagnostic]
     return cases, plan.data, [finding("run.plan", PASS), diagnostic]
+
+
+def _all_defects(meta):
+    """The run's defect switches and every case's own (run.json case_defects), each once."""
+    seen = list(meta.get("defects") or [])
+    for switches in (meta.get("case_defects") or {}).values():
+        seen += [s for s in switches if s not in seen]
+    return seen
 
 
 def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False, index_dir=None):
@@ -302,8 +331,9 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False, 
         # and whether it can qualify anything at all (a dirty build, defect switches).
         "runner_kind": meta.get("runner_kind") if planned is not None else None,
         "artifacts": meta.get("artifacts") if planned is not None else None,
-        "defects": list(meta.get("defects") or []) if planned is not None else [],
-        "diagnostic_only": meta.get("allow_dirty") is True or bool(planned is not None and meta.get("defects")),
+        "defects": _all_defects(meta) if planned is not None else [],
+        "diagnostic_only": meta.get("allow_dirty") is True or bool(planned is not None and (
+            _all_defects(meta) or meta.get("case_left_out"))),
         # A rerun of the cases that did not pass in an earlier run (run_plan rerun_from) names that run.
         "origin": meta.get("origin") if planned is not None else None,
         "verdict": INCOMPLETE,

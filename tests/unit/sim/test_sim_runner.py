@@ -424,3 +424,18 @@ def test_example_receipts_match_the_schemas(name):
         LEDGER.validate(json.loads((EXAMPLES / name / f"{role}-ledger.json").read_text()))
     for line in (EXAMPLES / name / "observer-accounting.jsonl").read_text().splitlines():
         OBSERVER.validate(json.loads(line))
+
+
+def test_the_defect_table_the_preflight_asks_for_is_the_runners_own_check():
+    """orbite-sim-runner --defect-table (what the preflight checks a case's own switches against) prints the table
+    the runner's case check refuses by: a mode takes the mode-free switches and its own, never another mode's."""
+    from orbite_sim import case as sim_case
+
+    sim = Path(sim_case.__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(sim), "--defect-table"], capture_output=True, text=True, check=True)
+    table = json.loads(out.stdout)
+    assert table == sim_case.defect_table() and set(table) == set(sim_case.SUPPORTED_MODES)
+    free = set(sim_case.ALL_DEFECTS) - set(sim_case.SWITCH_MODES)
+    assert free == set(sim_case.DEFECTS + sim_case.RESTART_DEFECTS)
+    assert set(table[sim_case.LOST_MODE]) == free | set(sim_case.LOST_DEFECTS)
+    assert set(table["installed-host"]) == free

@@ -262,3 +262,16 @@ def test_the_module_writes_the_runs_first_verdict_incomplete_when_asked(tmp_path
     assert verdict["failed_codes"] == ["run.incomplete"]
     assert (run_dir / "verdict.md").read_text().splitlines()[0] == "# Verdict: INCOMPLETE"
     assert not (tmp_path / "runs" / "index.json").exists()  # the runs index is the final verification's
+
+
+def test_a_cases_own_switches_and_left_out_observers_are_recorded_for_it(tmp_path):
+    cases = [{"id": "a", "profile": PROFILE, "defects": ["corrupt_byte"], "leave_out": ["cq_fault"]},
+             {"id": "b", "profile": PROFILE, "defects": None}]
+    write_plan(str(tmp_path), "run-1", cases, defects=["extra_qp"])
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["defects"] == ["extra_qp"]
+    assert run["case_defects"] == {"a": ["corrupt_byte"]} and run["case_left_out"] == {"a": ["cq_fault"]}
+    assert json.loads((tmp_path / "cases" / "a" / "case.json").read_text())["defects"] == ["corrupt_byte"]
+    assert "defects" not in json.loads((tmp_path / "cases" / "b" / "case.json").read_text())
+    with pytest.raises(RunPlanError, match=r"cases\[0\].leave_out\[0\]='../x': must be"):
+        write_plan(str(tmp_path / "other"), "run-2", [{"id": "a", "profile": PROFILE, "leave_out": ["../x"]}])
