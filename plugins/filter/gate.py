@@ -2,6 +2,8 @@
 # Copyright: OrbiTE qualification contributors
 """Small filters the gate playbooks need to plan cases."""
 
+import json
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -40,6 +42,37 @@ def pinned_observer(item, manifest):
     return {"path": item["value"], "sha256": entry.get("sha256")}
 
 
+def case_switch_problems(cases, table, runner_kind):
+    """One message per broken rule of the cases' own defect switches (naming the case, the field, the value and
+    the rule), checked against ``table`` ({mode: [switch, ...]}, the simulated runner's own ``--defect-table``);
+    [] when every case's switches belong to its mode. Per-case switches are the simulated runner's only."""
+    problems = []
+    for case in cases:
+        defects = case.get("defects")
+        if defects is None:
+            continue
+        where = f"case {case.get('id')}"
+        if runner_kind != "sim":
+            problems.append(f"{where}: defects={json.dumps(defects)}: a case's own defect switches are the "
+                            f"simulated runner's; this run's runner is {runner_kind}")
+            continue
+        if not isinstance(defects, list):
+            problems.append(f"{where}: defects={json.dumps(defects)}: must be a list of defect switch names")
+            continue
+        mode = (case.get("profile") or {}).get("mode")
+        allowed = table.get(mode) or []
+        for index, name in enumerate(defects):
+            if name in allowed:
+                continue
+            owners = [owner for owner, switches in table.items() if name in switches]
+            rule = f"is a switch of {', '.join(owners)}, not of {mode}" if owners else \
+                "is not a defect switch of the simulated runner"
+            problems.append(f"{where}: defects[{index}]={json.dumps(name)}: {rule} ({mode} takes "
+                            f"{', '.join(allowed)})")
+    return problems
+
+
 class FilterModule:
     def filters(self):
-        return {"case_entry": case_entry, "pinned_observer": pinned_observer}
+        return {"case_entry": case_entry, "pinned_observer": pinned_observer,
+                "case_switch_problems": case_switch_problems}
