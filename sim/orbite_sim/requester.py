@@ -495,15 +495,23 @@ class RequesterEngine(Engine):
         affected = sorted({w["qpn"] for w in pending})
         qps = [self.qp_by_num[q] for q in affected if q in self.qp_by_num]
 
+        # What the engine still owns for the lost round (the WRs without a completion and their buffers lent to
+        # the device, beside the QPs' SQ debt and the grants); the drain releases them, and both figures of its
+        # receipt are counted from what is held then (the ledger's restart.lost keeps the kill point's record).
+        owed, lent = list(pending), list(lost["loans"])
+
+        def owned():
+            return {"wrs": sum(qp.outstanding for qp in qps), "bytes": sum(w["bytes"] for w in owed),
+                    "grants": len(self.held_grants), "loans": len(lent)}
+
         def drain():
-            debt = {"wrs": sum(qp.outstanding for qp in qps), "bytes": sum(w["bytes"] for w in pending),
-                    "grants": len(self.held_grants), "loans": len(lost["loans"])}
+            debt = owned()
             for qp in qps:
                 qp.outstanding = 0
+            owed.clear()
+            lent.clear()
             self.held_grants = set()
-            return {"debt_before": debt, "debt_after": {"wrs": sum(qp.outstanding for qp in qps), "bytes": 0,
-                                                        "grants": len(self.held_grants), "loans": 0},
-                    "locally_drained": True}
+            return {"debt_before": debt, "debt_after": owned(), "locally_drained": True}
 
         recovery = self.recover_lost(qps, drain)
         lying = "lost_reports_bytes" in self.defects
