@@ -1,4 +1,5 @@
-"""The simulated lab through ansible-playbook: local lab with inventories/sim, namespaced lab over SSH.
+"""The simulated lab through ansible-playbook: local lab with inventories/sim, namespaced lab over SSH (a fleet of
+four namespaced hosts, two pairs at once, reaches PASS over SSH).
 
 Red checks (disable the behaviour, exactly the named test fails):
 - role absent.yml's `default([])` on the recorded hosts: test_local_lab_create_use_destroy (second destroy);
@@ -20,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import node_root
 from helpers.paths import FIXTURES
 
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import namespace as ns
@@ -156,13 +158,51 @@ def _cmdline(pid):
         return ""
 
 
+HOSTS = ["sim-a", "sim-b", "sim-c", "sim-d"]
+# Two disjoint pairs of the namespaced hosts, and the smallest installed-host profile (test_gate_fleet.py's).
+FLEET_PAIRS = [["sim-a", "sim-c"], ["sim-d", "sim-b"]]
+FLEET_PROFILE = {
+    "source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu", "transport": "rdma",
+    "mode": "installed-host", "operation": "write", "rdma_events": True, "parents": 4, "payload": 200000,
+    "block": 65536, "num_lanes": 1, "mask": 3,
+}
+
+
+def _fleet_over_ssh(repo_root, env, lab, tmp_path, identities):
+    """playbooks/fleet.yml over SSH: both pairs in one wave reach PASS, each lock taken inside its own host
+    (the hostname and boot ID of the host's namespaces), the two pairs' lock intervals overlapping."""
+    profile = tmp_path / "small.json"
+    profile.write_text(json.dumps(FLEET_PROFILE))
+    runs = tmp_path / "runs"
+    extra = {"orbite_output_dir": str(runs), "orbite_profile_file": str(profile), "orbite_fleet_id": "ns-fleet",
+             "orbite_fleet_pairing": "list", "orbite_fleet_pairs": FLEET_PAIRS}
+    result = _run([str(BIN / "ansible-playbook"), "-i", str(lab / "inventory.yml"), str(repo_root / "playbooks"
+                   / "fleet.yml"), "-e", json.dumps(extra)], repo_root, env, timeout=600)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    verdict = json.loads((runs / "ns-fleet" / "fleet-verdict.json").read_text())
+    assert verdict["verdict"] == "PASS" and verdict["complete"] and verdict["waves"] == [["p1", "p2"]]
+    assert [(r["pair"], r["source"], r["requester"], r["verdict"]) for r in verdict["rows"]] == [
+        ("p1", "sim-a", "sim-c", "PASS"), ("p2", "sim-d", "sim-b", "PASS")]
+    intervals = []
+    for pair, hosts in zip(("p1", "p2"), FLEET_PAIRS):
+        for role, host in zip(("source", "requester"), hosts):
+            journal = runs / "ns-fleet" / f"ns-fleet-{pair}" / "cases" / "write-events" / role / "journal.jsonl"
+            acquired = node_root.events(journal, "lock_acquire")
+            owners = {(e["owner"]["hostname"], e["owner"]["boot_id"]) for e in acquired}
+            assert owners == {(host, identities[host]["boot_id"])}, (pair, role, owners)
+            released = node_root.events(journal, "lock_release")
+            intervals.append((min(e["t"] for e in acquired), max(e["t"] for e in released)))
+    assert max(start for start, _ in intervals) < min(end for _, end in intervals), intervals  # one wave
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
     _needs_namespaces()
     lab = tmp_path / "lab"
     base = _free_port_pair()
-    lab_vars = {"sim_lab_dir": str(lab), "sim_lab_kind": "namespaced", "sim_lab_ssh_port_base": str(base)}
+    lab_vars = {"sim_lab_dir": str(lab), "sim_lab_kind": "namespaced", "sim_lab_ssh_port_base": str(base),
+                "sim_lab_count": "4"}  # a survey's string, as AWX gives it
     # A private control-path dir: a multiplexed connection must not bypass the host-key check.
     control = tempfile.mkdtemp(prefix="cp", dir="/tmp")
     env = {**ansible_env, "ANSIBLE_SSH_CONTROL_PATH_DIR": control}
@@ -171,7 +211,7 @@ def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
         assert created.returncode == 0, created.stdout + created.stderr
         inventory = lab / "inventory.yml"
         records = _records(lab)
-        assert sorted(records) == ["sim-a", "sim-b"]
+        assert sorted(records) == HOSTS
 
         # Strict host-key checking: with the two pinned keys swapped, neither host is reachable.
         known = (lab / ".lab/ssh/known_hosts").read_text().splitlines()
@@ -186,13 +226,13 @@ def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
             env,
         )
         assert refused.returncode != 0
-        assert refused.stdout.count("UNREACHABLE") == 2, refused.stdout
+        assert refused.stdout.count("UNREACHABLE") == len(HOSTS), refused.stdout
         assert "Host key verification failed" in refused.stdout + refused.stderr
 
         shown = _probe(repo_root, env, inventory, tmp_path / "probe")
-        assert sorted(shown) == ["sim-a", "sim-b"]
+        assert sorted(shown) == HOSTS
         machine_boot_id = ns.machine_boot_id()
-        for index, name in enumerate(("sim-a", "sim-b")):
+        for index, name in enumerate(HOSTS):
             identity, paths = shown[name]["identity"], shown[name]["paths"]
             boot_id, hostname, infiniband, gid, lock_mode = paths
             # UTS hostname and the bind-mounted boot ID, as node_identity (root: /) sees them.
@@ -205,10 +245,10 @@ def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
             # Its own private lock dir, which is the lab's <host>/run/orbite/locks.
             assert lock_mode == "700"
             assert sorted(os.listdir(lab / name / "run/orbite/locks")) == [f"probe-{name}"]
-        assert shown["sim-a"]["identity"]["boot_id"] != shown["sim-b"]["identity"]["boot_id"]
+        assert len({facts["identity"]["boot_id"] for facts in shown.values()}) == len(HOSTS)
         # rdma-core's libibverbs enumerated each host's fake devices, as the inventory lists them, with
         # the GUIDs of the lab's files; a context cannot open without a kernel driver, and it says so.
-        for name in ("sim-a", "sim-b"):
+        for name in HOSTS:
             verbs, devices = shown[name]["verbs"], shown[name]["devices"]
             assert (verbs["status"], verbs["sysfs"], verbs["mismatches"]) == ("checked", "/sys", []), verbs
             guids = [(lab / name / f"sys/class/infiniband/mlx5_{k}/node_guid").read_text().strip() for k in (0, 1)]
@@ -223,6 +263,8 @@ def test_namespaced_lab_over_ssh(repo_root, ansible_env, tmp_path):
             assert any(_cmdline(p["pid"]) == "sleep 600" for p in inside), [_cmdline(p["pid"]) for p in inside]
             assert record["processes"]["holder"] in inside and record["processes"]["init"] in inside
             started += inside
+
+        _fleet_over_ssh(repo_root, env, lab, tmp_path, {name: facts["identity"] for name, facts in shown.items()})
 
         destroyed = _lab(repo_root, env, **lab_vars, sim_lab_state="absent")
         assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
