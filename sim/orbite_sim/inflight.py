@@ -58,16 +58,7 @@ def fault_round(eng):
     rail, lane = eng.placement()[0]
     qp = eng.live_qps[(rail, lane)]
     parents_msg = [{"parent": 0, "rail": rail, "lane": lane, "bytes": eng.payload}]
-    guard_seed = None
-    if eng.operation == "read":
-        guard_seed = eng.poison_destination()
-        eng.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg)
-        ready = eng.rv.recv(eng.timeouts["round_s"], ["ROUND_READY"])
-        seed = int(ready["input_seed"])
-    else:
-        seed = eng.local_input(round_no)
-        eng.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=seed)
-        ready = eng.rv.recv(eng.timeouts["round_s"], ["ROUND_READY"])
+    ready, seed, guard_seed = eng.begin_fault_round(round_no, parents_msg)
     eng.held_grants = {int(p) for p in ready.get("grants", [])}
     received = sorted(eng.held_grants)
     parent = eng.parent_entry(0, rail, lane, qp.qpn, eng.payload, 0, 1, "Pending")

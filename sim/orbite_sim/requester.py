@@ -379,15 +379,19 @@ class RequesterEngine(Engine):
         self.held = None
         return recovery
 
-    def _begin_fault_round(self, round_no, parents_msg):
-        """ROUND_BEGIN of a fault round (lost completions, cleanup failure) and the source's ROUND_READY; a READ's
-        destination poisoned first, a WRITE's input seeded here."""
+    def begin_fault_round(self, round_no, parents_msg):
+        """ROUND_BEGIN of a fault round (lost completions, cleanup failure, in-flight DMA) and the source's
+        ROUND_READY; a READ's destination poisoned first, a WRITE's input seeded here. Returns the ROUND_READY
+        message, the round's input seed (READ: the source's) and the guard seed (READ only, else None)."""
+        guard_seed = None
         if self.operation == "read":
-            self.poison_destination()
+            guard_seed = self.poison_destination()
             self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg)
-        else:
-            self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=self.local_input(round_no))
-        return self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
+            ready = self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"])
+            return ready, int(ready["input_seed"]), guard_seed
+        seed = self.local_input(round_no)
+        self.rv.send("ROUND_BEGIN", round=round_no, parents=parents_msg, input_seed=seed)
+        return self.rv.recv(self.timeouts["round_s"], ["ROUND_READY"]), seed, guard_seed
 
     # --------------------------------------------------------------- installed-lost-completion
 
@@ -403,7 +407,7 @@ class RequesterEngine(Engine):
         placement = self.placement()
         parents_msg = [{"parent": p, "rail": rail, "lane": lane, "bytes": self.payload}
                        for p, (rail, lane) in enumerate(placement)]
-        ready = self._begin_fault_round(round_no, parents_msg)
+        ready, _seed, _guard_seed = self.begin_fault_round(round_no, parents_msg)
         self.held_grants = {int(p) for p in ready.get("grants", [])}
         parents = [self.parent_entry(p, rail, lane, self.live_qps[(rail, lane)].qpn, self.payload, 0, 1, "Pending")
                    for p, (rail, lane) in enumerate(placement)]
@@ -551,7 +555,7 @@ class RequesterEngine(Engine):
         offset = region_offset(0, self.payload)
         before = {"provider_held": self.provider.held(), "provider": self.provider.counters()}
         parents_msg = [{"parent": 0, "rail": rail, "lane": lane, "bytes": self.payload}]
-        ready = self._begin_fault_round(round_no, parents_msg)
+        ready, _seed, _guard_seed = self.begin_fault_round(round_no, parents_msg)
         grants = sorted(int(p) for p in ready.get("grants", []))
         peer_addr, peer_rkey = self.remote[qp.qpn]
         allocation = Allocation(self.arena, offset, self.payload)
