@@ -16,7 +16,7 @@ import os
 import re
 from array import array
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import eq, is_not, itemgetter, methodcaller
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import (
@@ -383,6 +383,8 @@ _BINARY = {
     DATA: {"qpn": "qpn", "wr_id": "wr_id", "sge": "b", "off": "c", "len": "e", "mr_len": "d", "flags": "a"},
 }
 _FLOW = bytes(1 if byte in (WR, CQE, WITHHELD) else 0 for byte in range(256))
+_ONLY = [bytes(1 if byte == value else 0 for byte in range(256)) for value in range(256)]  # translate: 1 at value
+_STEP = [1 if kind == WR else -1 if kind in (CQE, WITHHELD) else 0 for kind in range(256)]  # in-flight change
 
 
 @dataclass
@@ -465,14 +467,34 @@ class ObserverLog:
         return self._cache["flow"]
 
     def qp_masks(self):
-        """{qpn: mask over ``flow()``, true at that QP's events}, made once (the replay and the in-flight plot
-        both split the flow by QP); a log of one QP gets None (every event is its)."""
+        """{qpn: mask (bytes, 1 at that QP's events) over ``flow()``}, made once (the replay and the in-flight
+        plot both split the flow by QP); a log of one QP gets None (every event is its). Each QPN is
+        numbered once into a byte per event, its mask a translate of those bytes (in C)."""
         if "qp_masks" not in self._cache:
             qpns = self.flow()["qpn"]
-            distinct = set(qpns)
-            self._cache["qp_masks"] = {qpn: None if len(distinct) == 1 else list(map(eq, qpns, repeat(qpn)))
-                                       for qpn in distinct}
+            distinct = dict.fromkeys(qpns)
+            if len(distinct) == 1:
+                masks = dict.fromkeys(distinct)
+            elif len(distinct) <= 256:
+                number = {qpn: index for index, qpn in enumerate(distinct)}
+                numbered = bytes(map(number.__getitem__, qpns))
+                masks = {qpn: numbered.translate(_ONLY[index]) for qpn, index in number.items()}
+            else:  # more QPs than a byte numbers: a pass a QP
+                masks = {qpn: bytes(map(eq, qpns, repeat(qpn))) for qpn in distinct}
+            self._cache["qp_masks"] = masks
         return self._cache["qp_masks"]
+
+    def inflight(self):
+        """{qpn: (positions in ``flow()`` of that QP's events, WRs in flight after each)}: the count a running
+        sum of +1 a WR and -1 a completion (itertools.accumulate, in C); read by the replay and the plot."""
+        if "inflight" not in self._cache:
+            kinds, out = self.flow()["kind"], {}
+            for qpn, mask in self.qp_masks().items():
+                mine = kinds if mask is None else bytes(compress(kinds, mask))
+                positions = range(len(kinds)) if mask is None else compress(range(len(kinds)), mask)
+                out[qpn] = (list(positions), list(accumulate(map(_STEP.__getitem__, mine))))
+            self._cache["inflight"] = out
+        return self._cache["inflight"]
 
     def digests(self):
         """The SHA-256 (32 bytes, or None where not hashed) of each data event, in the order of ``data()``."""
