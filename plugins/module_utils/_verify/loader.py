@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import eq, is_not, itemgetter, methodcaller
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reading import (
@@ -56,20 +57,25 @@ def _root(path, root):
 
 
 def load_json(path, schema=None, root=None, budget=None) -> Receipt:
+    return _load_json(path, schema, root, budget)[0]
+
+
+def _load_json(path, schema, root, budget):
+    """(Receipt, the bytes it was parsed from, or None)."""
     data, problem = read_bounded(path, _root(path, root), MAX_DOCUMENT_BYTES, budget)
     if problem:
-        return Receipt(path, problem=problem)
+        return Receipt(path, problem=problem), None
     value, problem = parse_json(path, data, budget)
     if problem:
-        return Receipt(path, problem=problem)
+        return Receipt(path, problem=problem), None
     if not isinstance(value, dict):
-        return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "is not a JSON object"))
+        return Receipt(path, problem=ReceiptProblem("receipt.malformed", path, "is not a JSON object")), None
     if schema and (value.get("schema"), value.get("version")) != schema:
         found = f"{value.get('schema')!r} v{value.get('version')!r}"
         return Receipt(
             path, problem=ReceiptProblem("receipt.schema", path, f"schema {found}, expected {schema[0]!r} v{schema[1]}")
-        )
-    return Receipt(path, data=value)
+        ), None
+    return Receipt(path, data=value), data
 
 
 # --- shape checking: only the fields the rules read, so that a rule never meets a surprise ------
@@ -218,10 +224,26 @@ _COLUMN_TYPES = {name: ({int, type(None)} if name in _NULLABLE_COLUMNS else {_EX
                  for name, kind in WR_COLUMNS.items()}
 
 
-def wr_columns_problem(columns, where):
+def _plain_column(column, kind, bools):
+    """True when every value of ``column`` is of ``kind`` (INT: an int >= 0 below 2**64; STR: a str), found in
+    C: an unsigned array refuses what is not an int, negatives and larger ones, a join what is not a str.
+    An array takes bools too: with ``bools`` (the document may hold one here), their absence is checked
+    a value at a time. False asks for the exact check (which names the first offender, or passes)."""
+    try:
+        if kind == STR:
+            "".join(column)
+            return True
+        array("Q", column)
+    except (TypeError, OverflowError):
+        return False
+    return not bools or bool not in set(map(type, column))
+
+
+def wr_columns_problem(columns, where, bools=True):
     """Why a round's ``wrs`` is not the documented columns, or None: exactly the columns of
     ``WR_COLUMNS``, each a list, all of one length, each value of its column's type (an int >= 0,
-    no bool; ``completed_seq`` also null). Checked a whole column at a time (in C)."""
+    no bool; ``completed_seq`` also null). Checked a whole column at a time (in C). ``bools``: False
+    when the document is known to hold no bool in its WR columns (``_bools_outside``)."""
     if not isinstance(columns, dict):
         return f"{where}: expected the WR columns (an object), found {type(columns).__name__}"
     unknown = sorted(set(columns) - WR_COLUMNS.keys())
@@ -237,6 +259,8 @@ def wr_columns_problem(columns, where):
         return f"{where}: columns of different lengths {lengths} (one value per WR in every column)"
     for name, allowed in _COLUMN_TYPES.items():
         column = columns[name]
+        if _plain_column(column, WR_COLUMNS[name], bools):
+            continue
         numbers = column if name not in _NULLABLE_COLUMNS else compress(column, map(is_not, column, repeat(None)))
         if not set(map(type, column)) <= allowed or (WR_COLUMNS[name] == INT and min(numbers, default=0) < 0):
             index, value = next((i, v) for i, v in enumerate(column)
@@ -247,14 +271,35 @@ def wr_columns_problem(columns, where):
     return None
 
 
+def _bools_outside(ledger, text):
+    """Whether a bool may sit in the ledger's WR columns: the JSON ``text`` spells each bool of the
+    document as a literal ``true``/``false`` (counted in C, strings included, so never fewer than the
+    bools); when the values outside the rounds' WR columns (walked, small) hold as many, none is left
+    for the columns, and their type checks need not look for one."""
+    tokens = text.count(b"true") + text.count(b"false")
+    stack = [value for key, value in ledger.items() if key != "rounds"]
+    stack += [value for rnd in ledger["rounds"] for key, value in rnd.items() if key != "wrs"]
+    found = 0
+    while stack:
+        value = stack.pop()
+        if value is True or value is False:
+            found += 1
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return tokens > found
+
+
 def load_ledger(path, root=None, budget=None) -> Receipt:
-    receipt = load_json(path, LEDGER_SCHEMA, root, budget)
+    receipt, text = _load_json(path, LEDGER_SCHEMA, root, budget)
     if not receipt.ok:
         return receipt
     problems = shape_errors(receipt.data, LEDGER_SHAPE)
     if not problems:
+        bools = _bools_outside(receipt.data, text)
         problems = [why for index, rnd in enumerate(receipt.data["rounds"])
-                    for why in [wr_columns_problem(rnd["wrs"], f"$.rounds[{index}].wrs")] if why][:1]
+                    for why in [wr_columns_problem(rnd["wrs"], f"$.rounds[{index}].wrs", bools)] if why][:1]
     if problems:
         receipt.problem = ReceiptProblem("receipt.shape", path, "; ".join(problems))
         receipt.data = None
@@ -338,6 +383,8 @@ _BINARY = {
     DATA: {"qpn": "qpn", "wr_id": "wr_id", "sge": "b", "off": "c", "len": "e", "mr_len": "d", "flags": "a"},
 }
 _FLOW = bytes(1 if byte in (WR, CQE, WITHHELD) else 0 for byte in range(256))
+_ONLY = [bytes(1 if byte == value else 0 for byte in range(256)) for value in range(256)]  # translate: 1 at value
+_STEP = [1 if kind == WR else -1 if kind in (CQE, WITHHELD) else 0 for kind in range(256)]  # in-flight change
 
 
 @dataclass
@@ -420,14 +467,34 @@ class ObserverLog:
         return self._cache["flow"]
 
     def qp_masks(self):
-        """{qpn: mask over ``flow()``, true at that QP's events}, made once (the replay and the in-flight plot
-        both split the flow by QP); a log of one QP gets None (every event is its)."""
+        """{qpn: mask (bytes, 1 at that QP's events) over ``flow()``}, made once (the replay and the in-flight
+        plot both split the flow by QP); a log of one QP gets None (every event is its). Each QPN is
+        numbered once into a byte per event, its mask a translate of those bytes (in C)."""
         if "qp_masks" not in self._cache:
             qpns = self.flow()["qpn"]
-            distinct = set(qpns)
-            self._cache["qp_masks"] = {qpn: None if len(distinct) == 1 else list(map(eq, qpns, repeat(qpn)))
-                                       for qpn in distinct}
+            distinct = dict.fromkeys(qpns)
+            if len(distinct) == 1:
+                masks = dict.fromkeys(distinct)
+            elif len(distinct) <= 256:
+                number = {qpn: index for index, qpn in enumerate(distinct)}
+                numbered = bytes(map(number.__getitem__, qpns))
+                masks = {qpn: numbered.translate(_ONLY[index]) for qpn, index in number.items()}
+            else:  # more QPs than a byte numbers: a pass a QP
+                masks = {qpn: bytes(map(eq, qpns, repeat(qpn))) for qpn in distinct}
+            self._cache["qp_masks"] = masks
         return self._cache["qp_masks"]
+
+    def inflight(self):
+        """{qpn: (positions in ``flow()`` of that QP's events, WRs in flight after each)}: the count a running
+        sum of +1 a WR and -1 a completion (itertools.accumulate, in C); read by the replay and the plot."""
+        if "inflight" not in self._cache:
+            kinds, out = self.flow()["kind"], {}
+            for qpn, mask in self.qp_masks().items():
+                mine = kinds if mask is None else bytes(compress(kinds, mask))
+                positions = range(len(kinds)) if mask is None else compress(range(len(kinds)), mask)
+                out[qpn] = (list(positions), list(accumulate(map(_STEP.__getitem__, mine))))
+            self._cache["inflight"] = out
+        return self._cache["inflight"]
 
     def digests(self):
         """The SHA-256 (32 bytes, or None where not hashed) of each data event, in the order of ``data()``."""

@@ -11,9 +11,6 @@ gives no series (the page says so), never a guess. Shares no code with any runne
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import accumulate, compress, repeat
-
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import CQE, WITHHELD, WR
 
 MAX_POINTS = 2000  # per QP series: longer logs are cut into buckets, each drawn as its highest point
 INVENTORY_DIFFS_SHOWN = 50
@@ -60,24 +57,17 @@ def inflight(case):
     for (_role, generation, tool), log in sorted(case.observer_logs.items()):
         if not log.ok:
             continue
-        flow = log.flow()
-        kinds = flow["kind"]
-        bucket = max(1, -(-len(kinds) // MAX_POINTS))
-        qps, most, masks = {}, {}, log.qp_masks()
-        for qpn in sorted(masks):
-            # Each QP's events (whole-column passes in C), its count a running sum of +1/-1 steps.
-            mask = repeat(True) if masks[qpn] is None else masks[qpn]
-            index = list(compress(range(len(kinds)), mask))
-            counts = list(accumulate(map(_STEP.__getitem__, compress(kinds, mask))))
+        events = len(log.flow()["kind"])
+        bucket = max(1, -(-events // MAX_POINTS))
+        qps, most, runs = {}, {}, log.inflight()
+        for qpn in sorted(runs):
+            index, counts = runs[qpn]  # each QP's events and its count after each (a running sum, in C)
             qps[str(qpn)] = _buckets(index, counts, bucket)
             most[str(qpn)] = max(counts, default=0)
         out.append({"generation": generation, "tool": tool, "path": log.path,
-                    "bound": case.workload["send_queue_depth"], "events": len(kinds), "bucket": bucket,
+                    "bound": case.workload["send_queue_depth"], "events": events, "bucket": bucket,
                     "qps": qps, "max": most})
     return out
-
-
-_STEP = [1 if kind == WR else -1 if kind in (CQE, WITHHELD) else 0 for kind in range(256)]
 
 
 def _buckets(index, counts, bucket):

@@ -160,13 +160,14 @@ def measure(data, limit=MAX_DEPTH, lines=False):
     if b"\\" in data:
         data = _ESCAPE.sub(b"", data)
     marks = data.translate(None, _DROP_LINES if lines else _DROP)
-    brackets = marks.replace(b'""', b"")  # strings without brackets or commas: quotes pair left to right
-    if b'"' in brackets:
-        brackets = _STRING.sub(b"", marks)
-        if b'"' in brackets:
+    # Strings without brackets or commas leave an empty quote pair: when every quote is in one (counted,
+    # left to right, as a replace would pair them) the quotes just go; else each string is cut out.
+    if marks.count(b'"') != 2 * marks.count(b'""'):
+        marks = _STRING.sub(b"", marks)
+        if b'"' in marks:
             return None, None, "a string is not closed on its line"
-    values = brackets.count(b",") + brackets.count(b"{") + brackets.count(b"[")
-    brackets = brackets.replace(b",", b"")
+    values = marks.count(b",") + marks.count(b"{") + marks.count(b"[")
+    brackets = marks.translate(None, b'",')
     depth = 0
     while True:
         reduced = brackets.replace(b"{}", b"\0").replace(b"[]", b"\0").replace(b"\0", b"")

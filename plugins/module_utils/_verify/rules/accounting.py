@@ -9,7 +9,7 @@ Every rule here reads one replay of the log (``Replay``), made once per generati
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import compress, filterfalse, islice, repeat
+from itertools import chain, compress, filterfalse, islice, repeat
 from operator import and_, eq, gt, is_not, not_
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import (
@@ -73,12 +73,8 @@ class Replay:
             flow = log.flow()  # WRs and completions in log order: what moves the in-flight figures
             seq = (flow["kind"], flow["qpn"], flow["wr_id"], flow["ctx"], flow["cq"])
             table = log.wrs()
-            parents = self._against_ledger(table, ledger_wrs(ledger, _LISTED))
-            if self._fast(log, seq, table):
-                # Parent of each flow event: its WR's (WRs in order; completions by their WR's index).
-                seq_parent = _merge(seq[0], parents, map(parents.__getitem__, self._done_index))
-                self.max_wrs, self.max_parents = _in_flight_healthy(seq[0], log.qp_masks(), seq_parent)
-            else:
+            parents = self._against_ledger(table, ledger)
+            if not self._fast(log, seq, table, parents):
                 self._walk(log, seq, table)
                 seq_parent = [None if i is None else parents[i] for i in self._wr_of]
                 self.max_wrs, self.max_parents = _in_flight(seq[0], seq[1], seq_parent, self._valid)
@@ -86,49 +82,69 @@ class Replay:
             for qpn in self.max_wrs:
                 self.max_parents.setdefault(qpn, 0)
 
-    def _fast(self, log, seq, table):
-        """The healthy log's figures from whole columns; False (nothing set) when the exact walk must run."""
-        seq_kind, seq_qpn, seq_wr_id, seq_ctx, seq_cq = seq
-        qpns = set(seq_qpn)
-        if len(set(zip(seq_qpn, seq_ctx, seq_cq))) != len(qpns):
-            return False  # a QPN on two contexts or CQs: only the full key joins
-        wr_ids = table["wr_id"]
+    def _fast(self, log, seq, table, parents):
+        """The healthy log's figures from whole columns; False (nothing set) when the exact walk must run.
+
+        Healthy: on each QP one context and CQ, each WR ID posted once and completed once, never
+        before its WR. A QP's completions are joined to its WRs by list equality when they come in
+        the order of the WRs (RC: a send queue completes in order; its in-flight count, a running sum
+        from ``ObserverLog.inflight``, then only has to stay >= 0), else by a dict of its WR IDs.
+        """
+        seq_kind, _seq_qpn, seq_wr_id, seq_ctx, seq_cq = seq
         is_wr, done = seq_kind.translate(_IS_WR), seq_kind.translate(_IS_DONE)
-        # The join key: the WR ID alone when no two WRs share one (the completion's QPN checked
-        # below), else (QPN, WR ID).
-        unique = len(set(wr_ids)) == len(wr_ids)
-        keys = seq_wr_id if unique else list(zip(seq_qpn, seq_wr_id))
-        accepted = dict(zip(compress(keys, is_wr), range(len(wr_ids))))
-        index = list(map(accepted.get, compress(keys, done)))
-        if len(accepted) != len(wr_ids) or None in index or len(set(index)) != len(index):
-            return False  # a WR accepted twice, a completion of none or twice: the walk names them
-        if unique and list(map(table["qpn"].__getitem__, index)) != list(compress(seq_qpn, done)):
-            return False  # a completion on another QP than its WR's
-        posted = list(compress(range(len(keys)), is_wr))
-        if not all(map(gt, compress(range(len(keys)), done), map(posted.__getitem__, index))):
-            return False  # a completion logged before its WR: the walk counts it as an orphan
-        cqe = bytes(compress(seq_kind, done)).translate(_IS_CQE)
+        runs = log.inflight()
+        most_wrs, most_parents = {}, {}
+        for qpn, mask in log.qp_masks().items():
+            mine = (seq_kind, seq_wr_id, seq_ctx, seq_cq) if mask is None else (
+                bytes(compress(seq_kind, mask)), *(list(compress(column, mask)) for column in seq[2:]))
+            kinds, wr_ids, ctxs, cqs = mine
+            if ctxs.count(ctxs[0]) != len(ctxs) or cqs.count(cqs[0]) != len(cqs):
+                return False  # a QPN on two contexts or CQs: only the full key joins
+            mine_wr, mine_done = kinds.translate(_IS_WR), kinds.translate(_IS_DONE)
+            posted, completed = list(compress(wr_ids, mine_wr)), list(compress(wr_ids, mine_done))
+            if len(completed) != len(posted) or len(set(posted)) != len(posted):
+                return False  # a WR accepted twice, or not completed once: the walk names them
+            theirs = parents if mask is None else list(compress(parents, compress(mask, is_wr)))
+            counts = runs[qpn][1]
+            if posted == completed:  # in order: the k-th completion is of the k-th WR
+                if min(counts) < 0:
+                    return False  # a completion logged before its WR: the walk counts it as an orphan
+                done_parents = theirs
+            else:
+                rank = dict(zip(posted, range(len(posted))))
+                order = list(map(rank.get, completed))
+                if None in order or len(set(order)) != len(order):
+                    return False  # a completion of no WR of this QP, or twice
+                at = range(len(kinds))
+                if not all(map(gt, compress(at, mine_done), map(list(compress(at, mine_wr)).__getitem__, order))):
+                    return False  # a completion logged before its WR
+                done_parents = list(map(theirs.__getitem__, order))
+            most_wrs[qpn] = max(counts)
+            # Each completion's parent is its WR's: the QP's events in order, each with its parent.
+            most_parents[qpn] = _most_distinct(mine_wr, _merge(kinds, theirs, done_parents))
         statuses = log.column(CQE, "status")
-        cqe_index = list(compress(index, cqe))
-        joined = list(compress(cqe_index, map(not_, statuses)))
-        full = _full_keys(table)
-        self.accepted_count, self.joined_count = len(accepted), len(joined)
-        self.failed = [full(i) for i in compress(cqe_index, statuses)]
+        self.accepted_count, self.joined_count = len(table["wr_id"]), statuses.count(0)
         self.orphans, self.duplicates = [], []
+        self.max_wrs, self.max_parents = most_wrs, most_parents
         dev, size = table["dev"], table["bytes"]
         joined_bytes = defaultdict(int)
-        if len(joined) == len(accepted):
-            self.unjoined = []
+        if self.joined_count == self.accepted_count:  # every completion a successful CQE: all joined
+            self.unjoined, self.failed = [], []
             for name in set(dev):
                 joined_bytes[name] = sum(compress(size, map(eq, dev, repeat(name))))
         else:
-            mark = bytearray(len(accepted))
-            for i in joined:
+            # The WR each completion joins, by its (QPN, WR ID): unique, as checked above.
+            accepted = dict(zip(zip(table["qpn"], table["wr_id"]), range(len(dev))))
+            index = list(map(accepted.__getitem__, zip(compress(seq[1], done), compress(seq_wr_id, done))))
+            cqe_index = list(compress(index, bytes(compress(seq_kind, done)).translate(_IS_CQE)))
+            full = _full_keys(table)
+            self.failed = [full(i) for i in compress(cqe_index, statuses)]
+            mark = bytearray(len(dev))
+            for i in compress(cqe_index, map(not_, statuses)):
                 mark[i] = 1
                 joined_bytes[dev[i]] += size[i]
             self.unjoined = [full(i) for i in compress(range(len(mark)), map(not_, mark))]
         self.joined_bytes = joined_bytes
-        self._done_index = index
         return True
 
     def _walk(self, log, seq, table):
@@ -172,17 +188,18 @@ class Replay:
         self.orphans, self.duplicates, self.failed = _shown(orphans), _shown(duplicates), _shown(failed)
         self._wr_of, self._valid = wr_of, valid
 
-    def _against_ledger(self, table, wrs):
+    def _against_ledger(self, table, ledger):
         """WRs the ledger does not list, or lists differently (first few), and ledger WRs never seen;
-        returns the parent of each logged WR (None: not listed). ``wrs``: the ledger's WR columns."""
+        returns the parent of each logged WR (None: not listed)."""
         qpns, wr_ids, sizes = table["qpn"], table["wr_id"], table["bytes"]
         self.wrs, self.bytes, self.devices = len(qpns), sum(sizes), set(table["dev"])
-        # The same WRs in the same order (an engine lists them as it posts them): compared column by
-        # column, no key built.
-        if all(wrs[name] == table[name] for name in _FIELDS) and _same_texts(wrs["context"], table["ctx"]) \
-                and _same_texts(wrs["cq"], table["cq"]):
+        rounds = [rnd["wrs"] for rnd in ledger["rounds"]]
+        # The same WRs in the same order (an engine lists them as it posts them): each round's columns
+        # compared with its stretch of the log's, no key built, nothing joined.
+        if _listed_in_order(table, rounds):
             self.unlisted, self.differing, self.missing = [], [], []
-            return wrs["parent"]
+            return list(chain.from_iterable(columns["parent"] for columns in rounds))
+        wrs = ledger_wrs(ledger, _LISTED)
         ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
         seen = list(zip(qpns, wr_ids))
         listed = dict(zip(zip(wrs["qpn"], wrs["wr_id"]), range(len(wrs["qpn"]))))
@@ -229,10 +246,26 @@ def _texts(column):
     return column
 
 
+def _listed_in_order(table, rounds):
+    """Whether the ledger's rounds' WR columns list the log's WRs (``table``: ObserverLog.wrs) one for one
+    in log order: whole-list comparisons in C, a round against its stretch of the log."""
+    if sum(len(columns["wr_id"]) for columns in rounds) != len(table["wr_id"]):
+        return False
+    start = 0
+    for columns in rounds:
+        end = start + len(columns["wr_id"])
+        if not all(columns[name] == table[name][start:end] for name in _FIELDS) or not (
+                _same_texts(columns["context"], table["ctx"][start:end])
+                and _same_texts(columns["cq"], table["cq"][start:end])):
+            return False
+        start = end
+    return True
+
+
 def _same_texts(texts, column):
-    """Whether the ledger's ``texts`` name the log's pointers ``column`` one for one: each distinct pair
-    compared once (a process has few contexts and CQs), no text rendered per WR."""
-    return len(texts) == len(column) and all(text == pointer_text(value) for text, value in set(zip(texts, column)))
+    """Whether the ledger's ``texts`` name the log's pointers ``column`` one for one: each distinct pointer
+    rendered once (a process has few contexts and CQs), the lists compared whole."""
+    return texts == _texts(column)
 
 
 def _merge(seq_kind, wr_values, done_values):
@@ -243,44 +276,26 @@ def _merge(seq_kind, wr_values, done_values):
     return list(map(next, map(sources.__getitem__, seq_kind)))
 
 
-def _in_flight_healthy(seq_kind, masks, seq_parent):
-    """(most WRs, most distinct parents) in flight per QPN of a log whose every completion ends one WR
-    of its QP: the events of each QP (``masks``: ObserverLog.qp_masks), in order, walked once (``_on_one_qp``)."""
-    is_wr = seq_kind.translate(_IS_WR)
-    most_wrs, most_parents = {}, {}
-    for qpn, mask in masks.items():
-        mine = (is_wr, seq_parent) if mask is None else (bytes(compress(is_wr, mask)), list(compress(seq_parent, mask)))
-        most_wrs[qpn], most_parents[qpn] = _on_one_qp(*mine)
-    return most_wrs, most_parents
-
-
-def _on_one_qp(is_wr, parents):
-    """(most WRs, most distinct parents) in flight at once on one QP: its events in order (``is_wr`` 1 for a
-    WR, 0 for a completion) and each event's parent (None: a WR the ledger does not list)."""
+def _most_distinct(is_wr, parents):
+    """Most distinct parents in flight at once on one QP: its events in order (``is_wr`` 1 for a WR, 0 for a
+    completion) and each event's parent (None: a WR the ledger does not list)."""
     count = dict.fromkeys(parents, 0)
-    wrs = most_wrs = distinct = most = 0
+    distinct = most = 0
     for wr, parent in zip(is_wr, parents):
+        if parent is None:
+            continue
+        held = count[parent]
         if wr:
-            wrs += 1
-            if wrs > most_wrs:  # noqa: PLR1730 - max() costs a call an event
-                most_wrs = wrs
-            if parent is None:
-                continue
-            held = count[parent]
             count[parent] = held + 1
             if not held:
                 distinct += 1
-                if distinct > most:  # noqa: PLR1730
+                if distinct > most:  # noqa: PLR1730 - max() costs a call an event
                     most = distinct
         else:
-            wrs -= 1
-            if parent is None:
-                continue
-            held = count[parent]
             count[parent] = held - 1
             if held == 1:
                 distinct -= 1
-    return most_wrs, most
+    return most
 
 
 def _most_parents(seq_kind, seq_qpn, seq_parent, valid):

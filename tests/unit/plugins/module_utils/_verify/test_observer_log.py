@@ -222,6 +222,15 @@ def test_fast_path_equals_the_walk(tmp_path, seed, fmt, monkeypatch):
     assert set(fast.max_wrs.values()) <= set(range(1, 9)) and max(fast.max_parents.values()) >= 2
 
 
+
+@pytest.mark.parametrize("fmt", ["binary", "json"])
+def test_fast_path_equals_the_walk_with_more_qps_than_a_byte_numbers(tmp_path, fmt, monkeypatch):
+    # 300 QPs: no QP number per event in a byte, each QP's mask a pass of its own (ObserverLog.qp_masks).
+    events, ledger = _engine(7, qpns=tuple(range(0x100, 0x100 + 300)), parents=60, slices=10)
+    fast, walked = _replays(tmp_path, events, ledger, fmt, monkeypatch, healthy=True)
+    assert _figures(fast) == _figures(walked)
+    assert fast.joined_count == fast.accepted_count == 600 and len(fast.max_wrs) > 256
+
 ANOMALIES = {
     # each breaks the fast path's premise; the walk's findings are then the figures
     "a WR accepted twice": (lambda ev: ev.insert(2, dict(ev[1])), {"duplicates": 1}),

@@ -206,6 +206,9 @@ def test_nesting_per_line_keeps_each_line_balanced():
 
 def test_values_are_counted_outside_strings():
     assert reading.measure(b'{"a": [1, 2, {"b": "x,y,[z]"}], "c": 3}') == (3, 6, None)
+    # Quotes are paired left to right by counting: a string holding a mark beside empty strings is cut out.
+    assert reading.measure(b'{"a": "[", "b": "", "c": "",  "d": "]"}') == (1, 4, None)
+    assert reading.measure(b'["", "[", ""]') == (1, 3, None)
 
 
 def test_nesting_is_linear_in_c_for_a_large_log():
