@@ -6,6 +6,8 @@ The module packs the node's receipts into one tar and lists each member's size a
 fetches that one file over the task's connection, writes the members into ``dest`` on the controller
 (module_utils/_run/receipts.py: checked against the node's listing, atomic, private) and removes the
 archive from the node. One module call and one transfer per node and case, whatever the file count.
+A module that failed but names its archive (its supervisor did not stop, the receipts were packed all the
+same) still has it fetched: the task keeps the module's failure.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class ActionModule(ActionBase):
         self._remove_tmp_path(self._connection._shell.tmpdir)
         result = merge_hash(result, packed)
         archive = packed.get("archive")
-        if packed.get("failed") or self._task.check_mode or not archive:
+        if self._task.check_mode or not archive:
             return result
         local = tempfile.mkdtemp(prefix="orbite-receipts-")
         try:
@@ -48,9 +50,11 @@ class ActionModule(ActionBase):
             shutil.rmtree(local, ignore_errors=True)
             # The receipts stay on the node; their archive does not.
             self._low_level_execute_command(f"rm -f -- {shlex.quote(archive)}")
-        result.update(fetched=written, changed=bool(written))
+        result.update(fetched=written, changed=bool(written) or bool(packed.get("changed")))
         if errors:
-            result.update(failed=True, code="receipts.unwritten", errors=errors,
-                          msg=f"{len(errors)} receipt(s) of {len(packed.get('members') or [])} not written into "
-                              f"{dest}: " + "; ".join(f"{name}: {why}" for name, why in sorted(errors.items())))
+            unwritten = (f"{len(errors)} receipt(s) of {len(packed.get('members') or [])} not written into {dest}: "
+                         + "; ".join(f"{name}: {why}" for name, why in sorted(errors.items())))
+            # A supervisor that did not stop stays the failure named first (its locks may still be held).
+            result.update(errors=errors, msg=f"{result['msg']}; {unwritten}" if packed.get("failed") else unwritten,
+                          failed=True, code=result.get("code") if packed.get("failed") else "receipts.unwritten")
         return result

@@ -2,9 +2,10 @@
 # Copyright: OrbiTE qualification contributors
 """Action plugin for orbite.qualification.runner: runs the module, and prints its progress line.
 
-With ``state: finished`` and ``poll`` the module returns where the runner is after each short wait
-(``progress_line``); the role repeats the call with until/retries, and this prints one line per call,
-so a stuck round is visible within seconds (the default callback shows only "RETRYING" then).
+With ``poll`` (``state: finished``, or ``state: started`` making the first wait) the module returns where
+the runner is after each short wait (``progress_line``); the role repeats the call with until/retries, and
+this prints one line per call, so a stuck round is visible within seconds (the default callback shows only
+"RETRYING" then).
 """
 
 from __future__ import annotations

@@ -5,9 +5,17 @@
 DOCUMENTATION = r"""
 ---
 module: fetch_receipts
-short_description: Fetch a node's receipts of one case to the controller in one archive
+short_description: Fetch a node's receipts of one case in one archive, optionally stopping its supervisor first
 version_added: 0.2.0
 description:
+  - With O(supervisor), first stops the node's lock supervisor of the case, as
+    M(orbite.qualification.node_supervisor) does with O(orbite.qualification.node_supervisor#module:state=stopped)
+    and O(orbite.qualification.node_supervisor#module:force=true) (children killed and reaped, locks released,
+    journal closed), then packs its closed journal as C(journal.jsonl). Two jobs in one call, because they always
+    go together at the end of a case and in this order (the journal is complete only once the supervisor
+    stopped); one round trip per node and case instead of two (issue 20). A stop that fails still packs and
+    fetches what is there, then fails the task (RV(stop_failed)), so that an C(always) section gets both the
+    receipts and the failure.
   - On the node, packs the receipts under O(src) whose file names match O(patterns) (regular files only;
     never a symbolic link, a hidden name or a file under a linked directory) and the named O(files) that
     exist (the supervisor's and the relay's journals) into one tar beside O(src)
@@ -44,14 +52,36 @@ options:
   files:
     description:
       - Single files to fetch too when they exist, by the plain file name they get in O(dest)
-        (e.g. C(journal.jsonl) for the supervisor's journal). A missing one is skipped (RV(skipped)).
+        (e.g. C(relay.jsonl) for the control relay's journal). A missing one is skipped (RV(skipped)).
+      - With O(supervisor), the name C(journal.jsonl) is the supervisor's journal's.
     type: dict
     default: {}
+  supervisor:
+    description:
+      - The node's lock supervisor to stop before packing (see the description); omitted, none is stopped.
+    type: dict
+    suboptions:
+      run_id:
+        description:
+          - The run the supervisor serves; it names its run directory (as in M(orbite.qualification.node_supervisor)).
+        type: str
+        required: true
+      run_dir:
+        description: The supervisor's run directory. Defaults to C(<root>/run/orbite/supervisors/<run_id>).
+        type: path
+      root:
+        description: Host root (a fake host's directory in the simulated lab).
+        type: path
+        default: /
+      stop_timeout:
+        description: Seconds to wait for the supervisor's answer before ending it (SIGTERM, then SIGKILL after 5 s).
+        type: float
+        default: 30
 attributes:
   check_mode:
     support: full
     details:
-      - Lists what would be fetched (RV(members)); nothing is written on either side.
+      - Lists what would be fetched (RV(members)); nothing is written on either side, no supervisor is stopped.
   diff_mode:
     support: none
 seealso:
@@ -67,6 +97,20 @@ EXAMPLES = r"""
     files:
       journal.jsonl: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
   ignore_errors: true  # what did not arrive is the verifier's coded FAIL
+
+- name: Stop the supervisor of the case, then fetch the receipts and its journal
+  orbite.qualification.fetch_receipts:
+    src: /var/tmp/orbite/ra-1/read-polling/source
+    dest: /home/ops/.cache/orbite/runs/ra-1/cases/read-polling/source
+    supervisor:
+      run_id: ra-1-read-polling
+  register: fetched
+  ignore_errors: true
+
+- name: Stop here when the supervisor did not stop
+  ansible.builtin.fail:
+    msg: "{{ fetched.msg }}"
+  when: fetched.stop_failed | default(true)
 """
 
 RETURN = r"""
@@ -98,15 +142,40 @@ errors:
   returned: failure
   type: dict
   sample: {g1/observer-accounting.bin: "[Errno 28] No space left on device"}
+stopped:
+  description:
+    - With O(supervisor), the stop's result as M(orbite.qualification.node_supervisor) returns it (C(running),
+      C(journal), C(run_dir), C(summary) when one was stopped, C(journal_exists) when none ran, C(error) when
+      the stop failed).
+  returned: with O(supervisor)
+  type: dict
+  sample: {running: false, journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl,
+           run_dir: /run/orbite/supervisors/ra-1-read-polling, summary: {reason: stop, locks_released: true}}
+stop_failed:
+  description: With O(supervisor), whether the stop failed (then the task fails with its message and code).
+  returned: with O(supervisor)
+  type: bool
+  sample: false
 code:
-  description: Stable failure code (C(receipts.invalid), C(receipts.unwritten), or C(os.<error>) on the node).
+  description:
+    - Stable failure code (C(receipts.invalid), C(receipts.unwritten), or C(os.<error>) on the node); with
+      RV(stop_failed), the supervisor's (as M(orbite.qualification.node_supervisor) returns it).
   returned: failure
   type: str
   sample: receipts.unwritten
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
+    JOURNAL_NAME,
+    SupervisorError,
+    default_run_dir,
+    stop_failure,
+    stop_supervisor,
+)
 from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts import (
     ReceiptsError,
     archive_path_for,
@@ -114,6 +183,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts
     select,
 )
 
+JOURNAL = "journal.jsonl"  # the supervisor's journal's name among the receipts
 PATTERNS = ["ledger.json", "observer-*.bin", "observer-*.jsonl", "inventory-*.json", "case.json", "ready.json",
             "runner.stdout", "runner.stderr"]
 
@@ -125,20 +195,56 @@ def main():
             "dest": {"type": "path", "required": True},
             "patterns": {"type": "list", "elements": "str", "default": PATTERNS},
             "files": {"type": "dict", "default": {}},
+            "supervisor": {"type": "dict", "options": {
+                "run_id": {"type": "str", "required": True},
+                "run_dir": {"type": "path"},
+                "root": {"type": "path", "default": "/"},
+                "stop_timeout": {"type": "float", "default": 30},
+            }},
         },
         supports_check_mode=True,
     )
     p = module.params
     files = {str(k): str(v) for k, v in p["files"].items()}
+    result, stop_error = {"changed": False}, None
+    if p["supervisor"] is not None:
+        result["stopped"], stop_error = _stop(p["supervisor"], module.check_mode)
+        result["stop_failed"] = stop_error is not None
+        result["changed"] = result["stopped"].get("changed", False)
+        if JOURNAL in files:
+            module.fail_json(msg=f"files.{JOURNAL}: with supervisor, that name is the supervisor's journal's",
+                             code="receipts.invalid", **result)
+        if result["stopped"].get("journal"):
+            files[JOURNAL] = result["stopped"]["journal"]
     try:
         if module.check_mode:
             members = [{"name": name, "path": path} for name, path in select(p["src"], p["patterns"])]
-            module.exit_json(changed=False, members=members, skipped=[])
+            module.exit_json(members=members, skipped=[], **result)
         archive = archive_path_for(p["src"])
         members, skipped = pack(p["src"], p["patterns"], files, archive)
     except (ReceiptsError, OSError) as error:
-        fail_from(module, error, prefix=f"src={p['src']}: the receipts could not be packed")
-    module.exit_json(changed=False, members=members, skipped=skipped, archive=archive if members else None)
+        unpacked = f"src={p['src']}: the receipts could not be packed"
+        if stop_error is not None:  # the stop's failure comes first: its locks may still be held
+            fail_from(module, stop_error, prefix=f"the supervisor did not stop ({unpacked}: {error})", **result)
+        fail_from(module, error, prefix=unpacked, **result)
+    result.update(members=members, skipped=skipped, archive=archive if members else None)
+    if stop_error is not None:
+        # Failed with the archive named: the action plugin still fetches it.
+        fail_from(module, stop_error, prefix="the supervisor did not stop (the receipts were packed all the same)",
+                  **result)
+    module.exit_json(**result)
+
+
+def _stop(options, check_mode):
+    """The supervisor's stop (force: this is the case's end) and its error, if any; the result names the journal
+    whenever the run directory is known, so that a failed stop's journal is fetched too."""
+    run_dir = None
+    try:
+        run_dir = options["run_dir"] or default_run_dir(options["root"], options["run_id"])
+        return stop_supervisor(run_dir, force=True, timeout=options["stop_timeout"], check_mode=check_mode), None
+    except (SupervisorError, OSError) as error:  # named, never a traceback: the receipts are packed still
+        where = {"run_dir": run_dir, "journal": os.path.join(run_dir, JOURNAL_NAME)} if run_dir else {}
+        return dict(stop_failure(error), **where), error
 
 
 if __name__ == "__main__":

@@ -220,8 +220,6 @@ code:
   sample: lock_timeout
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
@@ -235,6 +233,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     default_lock_dir,
     default_run_dir,
     start_supervisor,
+    stop_failure,
+    stop_supervisor,
 )
 
 
@@ -263,15 +263,6 @@ def _started(module, client, p, lock_dir):
         fail_from(module, running, error="already_running", supervisor=status, run_dir=client.run_dir,
                   journal=client.journal_path, running=True)
     return False, status
-
-
-def _answers(client):
-    """A supervisor that holds no run lock (started by an older release) but still answers."""
-    try:
-        client.status(timeout=5)
-    except SupervisorError:
-        return False
-    return True
 
 
 def main():
@@ -319,24 +310,18 @@ def main():
                 client.renew(p["lease"])
                 status = client.status()
             result.update(changed=state == "renewed", running=True, supervisor=status)
-        elif not client.alive() and not _answers(client):  # stopped: never started, or gone
-            result.update(running=False, journal_exists=os.path.exists(client.journal_path))
-        elif module.check_mode:
-            result.update(changed=True, running=True)
         else:
-            summary = client.stop(force=p["force"], timeout=p["stop_timeout"])
-            result.update(changed=True, running=False, summary=summary)
+            result.update(stop_supervisor(run_dir, force=p["force"], timeout=p["stop_timeout"],
+                                          check_mode=module.check_mode))
     except SupervisorStartError as exc:
         details = {k: v for k, v in exc.details.items() if k in ("owner", "rnic", "mismatch")}
         result.update(details, error=exc.code, running=False)
         fail_from(module, exc, prefix="supervisor did not start", **result)
     except SupervisorRequestError as exc:
-        result.update(error=exc.code, running=exc.code != "journal_error")
-        if exc.code == "journal_error":
-            result["summary"] = {k: v for k, v in exc.response.items() if k not in ("ok", "error", "msg")}
+        result.update(stop_failure(exc))
         fail_from(module, exc, prefix="supervisor refused", **result)
     except SupervisorError as exc:
-        result.update(error=type(exc).__name__)
+        result.update(stop_failure(exc))
         fail_from(module, exc, **result)
     module.exit_json(**result)
 

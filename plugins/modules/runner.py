@@ -17,6 +17,10 @@ description:
   - For the source, O(state=started) returns only once the runner wrote C(ready.json) (it listens on
     its service address), so the requester can be started next (an explicit readiness barrier). It
     fails at once if the source exits first.
+  - O(state=started) with O(poll) also makes the first wait of O(state=finished) with O(poll) in the same call,
+    once the runner is launched (and, for the source, ready), and returns what that wait returns as well
+    (RV(finished), RV(progress), RV(progress_line)). Two steps in one call, because the requester's start is
+    always followed at once by that wait; one round trip less per generation (issue 20).
   - O(state=finished) waits for the child to exit (up to O(timeout)), renewing the supervisor's
     lease meanwhile, and returns its exit status. With O(poll) it waits at most O(poll) seconds and
     returns RV(finished) and the runner's progress receipt (C(progress.json), C(docs/reports.md)), for
@@ -212,6 +216,7 @@ options:
     description:
       - With O(state=finished), wait at most this many seconds, then return RV(finished) (false while
         the runner still runs) and its progress. Unset, wait until the runner exits or O(timeout).
+      - With O(state=started), that first wait right after the launch (O(timeout) and O(label) as for it).
       - Under a supervisor lease shorter than 30 s the call waits up to O(timeout) instead (the pause
         before the next call could outlast the lease).
     type: float
@@ -329,20 +334,20 @@ ledger:
   sample: /var/tmp/orbite/ra-1/read-polling/source/g1/ledger.json
 finished:
   description: With O(poll), whether the runner exited (false while it still runs).
-  returned: O(state=finished) with O(poll)
+  returned: O(poll) given
   type: bool
   sample: false
 progress:
   description:
     - The runner's progress receipt C(progress.json) (role, generation, round, rounds, phase, WRs done, posted
       and in all in the round), or null when it wrote none (yet).
-  returned: O(state=finished) with O(poll)
+  returned: O(poll) given
   type: dict
   sample: {schema: orbite.runner-progress, version: 1, pid: 8656, role: requester, generation: 1, round: 2,
            rounds: 3, phase: transfer, wrs_done: 43, wrs_posted: 51, wrs_total: 64, updated_at: 1796090473.5}
 progress_line:
   description: The progress as one line.
-  returned: O(state=finished) with O(poll)
+  returned: O(poll) given
   type: str
   sample: case read-polling requester g1 round 2/3, 43 of 64 WRs (12.4 s)
 code:

@@ -412,6 +412,42 @@ class SupervisorClient:
         }
 
 
+def _answers(client: SupervisorClient) -> bool:
+    """A supervisor that holds no run lock (started by an older release) but still answers."""
+    try:
+        client.status(timeout=5)
+    except SupervisorError:
+        return False
+    return True
+
+
+def stop_supervisor(run_dir: str, force: bool = False, timeout: float = STOP_TIMEOUT_S,
+                    check_mode: bool = False) -> Dict:
+    """Stop the supervisor of ``run_dir`` (node_supervisor's V(stopped)): the result's ``running``, ``journal``,
+    ``run_dir`` and ``changed``, with ``summary`` when one was stopped, ``journal_exists`` when none ran (not an
+    error: it is what an ``always:`` section needs). Its errors are raised (``stop_failure`` words them)."""
+    client = SupervisorClient(run_dir)
+    result = {"changed": False, "run_dir": run_dir, "journal": client.journal_path}
+    if not client.alive() and not _answers(client):  # never started, or gone
+        result.update(running=False, journal_exists=os.path.exists(client.journal_path))
+    elif check_mode:
+        result.update(changed=True, running=True)
+    else:
+        result.update(changed=True, running=False, summary=client.stop(force=force, timeout=timeout))
+    return result
+
+
+def stop_failure(exc: SupervisorError) -> Dict:
+    """What a failed request (a stop, a renewal) adds to the module's result: ``error`` (the supervisor's code),
+    ``running``, and the stop's partial ``summary`` when only its journal could not be closed."""
+    if not isinstance(exc, SupervisorRequestError):
+        return {"error": type(exc).__name__}
+    details = {"error": exc.code, "running": exc.code != "journal_error"}
+    if exc.code == "journal_error":
+        details["summary"] = {k: v for k, v in exc.response.items() if k not in ("ok", "error", "msg")}
+    return details
+
+
 def _module_source(mod) -> str:
     loader = getattr(mod, "__loader__", None)
     src = loader.get_source(mod.__name__) if loader is not None and hasattr(loader, "get_source") else None

@@ -224,6 +224,10 @@ def start(params, check_mode=False):
               "ledger": os.path.join(output_dir, LEDGER_NAME), "ready": None, "env_stripped": stripped}
     if case["role"] == "source":
         result["ready"] = wait_ready(client, child, output_dir, params["ready_timeout"])
+    if params.get("poll"):
+        # The first wait in the same call (the requester, whose start is the last step before the wait): one
+        # round trip less per generation. The child's state is the wait's, the launch's result otherwise kept.
+        result.update(poll_finished(dict(params, child_id=child["child_id"])), changed=True)
     return result
 
 

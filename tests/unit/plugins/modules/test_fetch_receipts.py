@@ -1,0 +1,67 @@
+"""fetch_receipts with ``supervisor``: the case's supervisor stopped first (locks released, journal closed),
+then its journal packed with the receipts, in one module call; a stop that fails still packs, and fails."""
+
+import json
+import os
+import signal
+import tarfile
+
+import pytest
+from helpers.modules import run_module
+from helpers.node_root import make_root
+
+
+@pytest.fixture
+def root(tmp_path):
+    make_root(tmp_path / "host")
+    path = str(tmp_path / "host")
+    yield path
+    for name in os.listdir("/proc"):  # a supervisor a failed assertion left behind, by command line
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as handle:
+                    if path.encode() in handle.read():
+                        os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                continue
+
+
+def _receipts(tmp_path):
+    src = tmp_path / "node" / "source"
+    (src / "g1").mkdir(parents=True)
+    (src / "g1" / "ledger.json").write_text(json.dumps({"status": "complete"}) + "\n")
+    return str(src)
+
+
+def test_the_supervisor_is_stopped_before_its_journal_is_packed(tmp_path, root):
+    started = run_module("node_supervisor", tmp_path, {"state": "started", "run_id": "run-1", "locks": ["mlx5_0"],
+                                                       "root": root, "lease": 60})
+    assert started["running"], started
+    args = {"src": _receipts(tmp_path), "dest": str(tmp_path / "dest"), "supervisor": {"run_id": "run-1", "root": root}}
+    fetched = run_module("fetch_receipts", tmp_path, args)
+    assert not fetched.get("failed") and fetched["stop_failed"] is False, fetched
+    assert fetched["stopped"]["running"] is False and fetched["stopped"]["summary"]["locks_released"], fetched
+    assert sorted(m["name"] for m in fetched["members"]) == ["g1/ledger.json", "journal.jsonl"]
+    with tarfile.open(fetched["archive"]) as archive:
+        events = [json.loads(line) for line in archive.extractfile("journal.jsonl").read().splitlines()]
+    assert events[-1]["ev"] == "journal_close"  # packed once closed, not while the supervisor ran
+    # Again (an always: section after a supervisor that already stopped): a no-op stop, the journal still there.
+    again = run_module("fetch_receipts", tmp_path, args)
+    assert not again.get("failed") and again["stopped"]["running"] is False and again["stopped"]["journal_exists"]
+    assert "journal.jsonl" in [m["name"] for m in again["members"]]
+
+
+def test_a_stop_that_fails_still_packs_the_receipts_and_fails_the_task(tmp_path, root):
+    args = {"src": _receipts(tmp_path), "dest": str(tmp_path / "dest"),
+            "supervisor": {"run_id": "bad run id", "root": root}}
+    fetched = run_module("fetch_receipts", tmp_path, args)
+    assert fetched["failed"] and fetched["stop_failed"] is True, fetched
+    assert fetched["msg"].startswith("the supervisor did not stop") and "run_id 'bad run id'" in fetched["msg"]
+    assert fetched["archive"] and [m["name"] for m in fetched["members"]] == ["g1/ledger.json"]
+
+
+def test_the_journal_name_is_the_supervisors_with_supervisor(tmp_path, root):
+    args = {"src": _receipts(tmp_path), "dest": str(tmp_path / "dest"), "files": {"journal.jsonl": "/x"},
+            "supervisor": {"run_id": "run-1", "root": root}}
+    fetched = run_module("fetch_receipts", tmp_path, args)
+    assert fetched["failed"] and fetched["code"] == "receipts.invalid" and "files.journal.jsonl" in fetched["msg"]
