@@ -33,7 +33,7 @@ def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as handle:
             state = handle.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between the open and the read
         return False
     return state not in ("Z", "X")
 
