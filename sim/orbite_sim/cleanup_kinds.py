@@ -115,8 +115,8 @@ def _withheld(eng, record, entry, qp, allocation, blocker, wr_id):
     mr = entry["mrs"]["data"]
     offset = region_offset(0, eng.payload)
     record["before"] = {"provider_held": eng.provider.held()}
-    ready, _seed, _guard_seed = eng.begin_fault_round(round_no, [{"parent": 0, "rail": rail, "lane": lane,
-                                                                   "bytes": eng.payload}])
+    parents_msg = [{"parent": 0, "rail": rail, "lane": lane, "bytes": eng.payload}]
+    ready, _seed, _guard_seed = eng.begin_fault_round(round_no, parents_msg)
     grants = sorted(int(p) for p in ready.get("grants", []))
     peer_addr, peer_rkey = eng.remote[qp.qpn]
     batch = {"batch": round_no * 10 + rail, "rail": rail, "parents": [0], "state": "Running", "qpn": qp.qpn,
