@@ -10,7 +10,8 @@ COLL_LINK := .collections/ansible_collections/orbite/qualification
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system venv link demo test lint sanity integration unit molecule compat build-collection bench clean
+.PHONY: setup system venv link demo test lint sanity integration unit molecule compat sanity-and-molecule \
+	build-collection bench clean
 
 setup: system venv link
 
@@ -70,8 +71,12 @@ sanity: setup
 integration: setup
 	@bash scripts/integration.sh
 
-# pytest last, so its summary line closes the output.
-test: lint sanity integration molecule compat unit
+# sanity and molecule side by side (they share nothing: scripts/side_by_side.sh), then the steps that run a lab
+# on the fixed loopback addresses one after the other; pytest last, so its summary line closes the output.
+test: lint sanity-and-molecule integration compat unit
+
+sanity-and-molecule: setup
+	@bash scripts/side_by_side.sh sanity molecule
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
