@@ -383,8 +383,14 @@ _BINARY = {
     DATA: {"qpn": "qpn", "wr_id": "wr_id", "sge": "b", "off": "c", "len": "e", "mr_len": "d", "flags": "a"},
 }
 _FLOW = bytes(1 if byte in (WR, CQE, WITHHELD) else 0 for byte in range(256))
-_ONLY = [bytes(1 if byte == value else 0 for byte in range(256)) for value in range(256)]  # translate: 1 at value
 _STEP = [1 if kind == WR else -1 if kind in (CQE, WITHHELD) else 0 for kind in range(256)]  # in-flight change
+
+
+def _only(value):
+    """A translate table that maps ``value`` to 1 and every other byte to 0 (made when asked, not 256 at import)."""
+    table = bytearray(256)
+    table[value] = 1
+    return bytes(table)
 
 
 @dataclass
@@ -478,7 +484,7 @@ class ObserverLog:
             elif len(distinct) <= 256:
                 number = {qpn: index for index, qpn in enumerate(distinct)}
                 numbered = bytes(map(number.__getitem__, qpns))
-                masks = {qpn: numbered.translate(_ONLY[index]) for qpn, index in number.items()}
+                masks = {qpn: numbered.translate(_only(index)) for qpn, index in number.items()}
             else:  # more QPs than a byte numbers: a pass a QP
                 masks = {qpn: bytes(map(eq, qpns, repeat(qpn))) for qpn in distinct}
             self._cache["qp_masks"] = masks
