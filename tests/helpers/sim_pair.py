@@ -15,13 +15,15 @@ import shutil
 import sys
 import tempfile
 import time
-import zipapp
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "sim"))
 
 import sim_harness  # noqa: E402 - the simulated runner's own harness: hosts, case files
+
+sys.path.insert(0, str(REPO / "sim"))
+from orbite_sim.package import build_zipapp  # noqa: E402 - packaged as the gate packages it (roles/preflight)
 from helpers import observer_log  # noqa: E402
 
 RUNNER = sim_harness.RUNNER
@@ -50,7 +52,7 @@ def runner_zipapp():
         out = Path(tempfile.mkdtemp(prefix="orbite-sim-runner-"))
         atexit.register(shutil.rmtree, out, True)
         target = out / "orbite-sim-runner.pyz"
-        zipapp.create_archive(RUNNER, target, filter=lambda p: "__pycache__" not in p.parts and p.suffix == ".py")
+        build_zipapp(RUNNER, target)
         _ZIPAPP.append((target, hashlib.sha256(target.read_bytes()).hexdigest()))
     return _ZIPAPP[0]
 
