@@ -24,7 +24,8 @@ def _sources(path):
 
 def build_zipapp(source, target):
     """Write ``source`` (the ``sim/`` directory, with its ``__main__.py``) as a zipapp at ``target``."""
-    zipapp.create_archive(source, target, filter=_sources)
+    # Deflated: the bytecode would more than double the file the deploy step carries (0.24 -> 0.61 MB; 0.25 MB so).
+    zipapp.create_archive(source, target, filter=_sources, compressed=True)
     with tempfile.TemporaryDirectory(prefix="orbite-sim-pyc-") as scratch, zipfile.ZipFile(target, "a") as archive:
         for index, info in enumerate(list(archive.infolist())):
             if not info.filename.endswith(".py"):
@@ -34,5 +35,6 @@ def build_zipapp(source, target):
             py_compile.compile(os.path.join(source, info.filename), cfile=cfile, dfile=info.filename, doraise=True,
                                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
             with open(cfile, "rb") as handle:
-                archive.writestr(zipfile.ZipInfo(info.filename[:-3] + ".pyc", info.date_time), handle.read())
+                archive.writestr(zipfile.ZipInfo(info.filename[:-3] + ".pyc", info.date_time), handle.read(),
+                                 compress_type=zipfile.ZIP_DEFLATED)
     return target
