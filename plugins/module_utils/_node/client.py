@@ -34,13 +34,14 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common impor
 from ansible_collections.orbite.qualification.plugins.module_utils._common import numbers as _numbers_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
-from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon as _daemon_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import identity as _identity_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import journal as _journal_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import pinned as _pinned_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import tree as _tree_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon import (
+from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
+    LockInputError,
+    ensure_private_dir,
+    probe_path,
+    validate_rnic_name,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.protocol import (
     CONFIG_NAME,
     JOURNAL_NAME,
     LEASE_NAME,
@@ -53,30 +54,38 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon 
     SOCKET_NAME,
     START_LOCK_NAME,
     RequestError,
-    check_config,
-    end_hung_supervisor,
-    lease_overdue,
     signal_number,
     socket_address,
-    supervisor_answers,
     validate_launch_request,
 )
-from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import IdentityError, read_identity
-from ansible_collections.orbite.qualification.plugins.module_utils._node.journal import last_event
-from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
-    LockInputError,
-    ensure_private_dir,
-    probe_path,
-    validate_rnic_name,
-)
-from ansible_collections.orbite.qualification.plugins.module_utils._node.tree import pid_alive, proc_start_time
 
 LIB_DIR = "lib"
-# The supervisor program outlives the module's temporary directory, so these modules (and their
-# packages) are copied next to it; keep the tuple in step with what daemon.py imports, directly or
-# not (tests/unit/plugins/module_utils/_node/test_supervisor.py checks it).
-_PROGRAM_MODULES = (_errors_mod, _files_mod, _names_mod, _numbers_mod, _identity_mod, _lock_mod, _journal_mod,
-                    _pinned_mod, _tree_mod, _daemon_mod)
+
+
+def _program():
+    """The supervisor program (daemon.py), imported only where a supervisor is started or a hung one ended: a
+    module that only talks to a running supervisor (runner, fetch_receipts) never compiles it (protocol.py)."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon  # noqa: PLC0415
+
+    return daemon
+
+
+def program_modules():
+    """The supervisor program outlives the module's temporary directory, so these modules (and their packages) are
+    copied next to it: every module daemon.py imports, directly or not
+    (tests/unit/plugins/module_utils/_node/test_supervisor_hardening.py checks it)."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._node import (  # noqa: PLC0415
+        identity,
+        journal,
+        pinned,
+        protocol,
+        tree,
+    )
+
+    return (_errors_mod, _files_mod, _names_mod, _numbers_mod, identity, _lock_mod, journal, pinned, protocol, tree,
+            _program())
+
+
 _START_MARGIN_S = 15.0
 STOP_EXIT_WAIT_S = 10.0  # how long stop() waits for an answered supervisor to exit
 # The supervisor's own environment: nothing of the module's (no LD_*, no PYTHON*).
@@ -389,7 +398,11 @@ class SupervisorClient:
         if record is None:
             raise SupervisorError(f"supervisor in {self.run_dir} does not answer and has no readable "
                                   f"{LEASE_NAME}: it cannot be identified, so it is not killed")
-        outcome = end_hung_supervisor(dict(record, run_dir=self.run_dir), reason, self.journal_path,
+        from ansible_collections.orbite.qualification.plugins.module_utils._node.journal import (  # noqa: PLC0415
+            last_event,
+        )
+
+        outcome = _program().end_hung_supervisor(dict(record, run_dir=self.run_dir), reason, self.journal_path,
                                       by=f"stop (pid {os.getpid()})", signals=(signal.SIGTERM, signal.SIGKILL),
                                       term_wait=term_grace)
         if outcome["why_not"] is not None and self.alive():
@@ -468,7 +481,7 @@ def install_program(run_dir: str) -> str:
     lib = os.path.join(run_dir, LIB_DIR)
     os.makedirs(lib, mode=0o700, exist_ok=True)
     os.chmod(lib, 0o700)
-    for mod in _PROGRAM_MODULES:
+    for mod in program_modules():
         parts = mod.__name__.split(".")
         for depth in range(1, len(parts)):
             package_dir = os.path.join(lib, *parts[:depth])
@@ -589,6 +602,12 @@ def _check_running(client: SupervisorClient, root: str) -> None:
     hung one whose lease ran out (plus grace); refuse to start over one whose lease still runs."""
     if not client.alive():
         return
+    from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import (  # noqa: PLC0415
+        IdentityError,
+        read_identity,
+    )
+
+    daemon = _program()
     record = client.lease()
     try:
         boot_id = read_identity(root)["boot_id"]
@@ -596,7 +615,7 @@ def _check_running(client: SupervisorClient, root: str) -> None:
         boot_id = None
     # A supervisor ends itself when its lease runs out; one that still holds the run directory a
     # grace period later is hung, whether it would answer or not.
-    if lease_overdue(record, boot_id) is None:
+    if daemon.lease_overdue(record, boot_id) is None:
         try:
             status = client.status(timeout=STATUS_TIMEOUT_S)
         except SupervisorSocketError:
@@ -610,16 +629,16 @@ def _check_running(client: SupervisorClient, root: str) -> None:
             )
         left = ""
         if record is not None and isinstance(record.get("lease_expires"), (int, float)):
-            left = f"; its lease ends in {max(0.0, record['lease_expires'] - _daemon_mod.boottime()):.0f} s"
+            left = f"; its lease ends in {max(0.0, record['lease_expires'] - daemon.boottime()):.0f} s"
         raise SupervisorStartError(f"a supervisor holds {client.run_dir} but does not answer{left}; it is killed "
                                    "once its lease has run out", "unresponsive", {"lease": record})
-    if supervisor_answers(client.run_dir):  # serving after all: its lease record is stale, it is not hung
+    if daemon.supervisor_answers(client.run_dir):  # serving after all: its lease record is stale, it is not hung
         status = client.status(timeout=STATUS_TIMEOUT_S)
         raise SupervisorAlreadyRunning(
             f"a supervisor (pid {status.get('pid')}, run {status.get('run_id')}) already runs in {client.run_dir}",
             status,
         )
-    outcome = end_hung_supervisor(dict(record, run_dir=client.run_dir), "lease expired; a new start took over",
+    outcome = daemon.end_hung_supervisor(dict(record, run_dir=client.run_dir), "lease expired; a new start took over",
                                   client.journal_path, by=f"start (pid {os.getpid()})")
     if client.alive():
         raise SupervisorStartError(f"the hung supervisor of {client.run_dir} could not be ended "
@@ -656,7 +675,7 @@ def _start_supervisor(
         "lock_timeout": nums["lock_timeout"],
         "previous_journal": None,
     }
-    problem = check_config(cfg)  # the rules the supervisor applies to its configuration
+    problem = _program().check_config(cfg)  # the rules the supervisor applies to its configuration
     if problem is not None:
         raise SupervisorInputError(problem)
     try:
@@ -754,7 +773,5 @@ __all__ = (
     "check_start_args",
     "default_lock_dir",
     "default_run_dir",
-    "pid_alive",
-    "proc_start_time",
     "start_supervisor",
 )
