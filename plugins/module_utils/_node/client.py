@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib.util
 import json
 import math
 import os
@@ -27,11 +28,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common import errors as _errors_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._common import files as _files_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
-from ansible_collections.orbite.qualification.plugins.module_utils._common import names as _names_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._common import numbers as _numbers_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
@@ -54,6 +51,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     SOCKET_NAME,
     START_LOCK_NAME,
     RequestError,
+    check_config,
     signal_number,
     socket_address,
     validate_launch_request,
@@ -63,27 +61,21 @@ LIB_DIR = "lib"
 
 
 def _program():
-    """The supervisor program (daemon.py), imported only where a supervisor is started or a hung one ended: a
-    module that only talks to a running supervisor (runner, fetch_receipts) never compiles it (protocol.py)."""
+    """The supervisor program (daemon.py), imported only where a hung supervisor is ended: a module that only talks
+    to a running supervisor (runner, fetch_receipts), and a start, which copies the program without running it,
+    never compile it (protocol.py). This import also puts the program into every payload that carries client.py."""
     from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon  # noqa: PLC0415
 
     return daemon
 
 
-def program_modules():
-    """The supervisor program outlives the module's temporary directory, so these modules (and their packages) are
-    copied next to it: every module daemon.py imports, directly or not
-    (tests/unit/plugins/module_utils/_node/test_supervisor_hardening.py checks it)."""
-    from ansible_collections.orbite.qualification.plugins.module_utils._node import (  # noqa: PLC0415
-        identity,
-        journal,
-        pinned,
-        protocol,
-        tree,
-    )
-
-    return (_errors_mod, _files_mod, _names_mod, _numbers_mod, identity, _lock_mod, journal, pinned, protocol, tree,
-            _program())
+_MODULE_UTILS = "ansible_collections.orbite.qualification.plugins.module_utils"
+# The supervisor program outlives the module's temporary directory, so these modules (and their packages) are
+# copied next to it: daemon.py and every module it imports, directly or not
+# (tests/unit/plugins/module_utils/_node/test_supervisor_hardening.py and test_module_imports.py check it).
+PROGRAM_MODULES = tuple(f"{_MODULE_UTILS}.{name}" for name in (
+    "_common.errors", "_common.files", "_common.names", "_common.numbers", "_node.identity", "_node.locks",
+    "_node.journal", "_node.pinned", "_node.protocol", "_node.tree", "_node.daemon"))
 
 
 _START_MARGIN_S = 15.0
@@ -461,11 +453,15 @@ def stop_failure(exc: SupervisorError) -> Dict:
     return details
 
 
-def _module_source(mod) -> str:
-    loader = getattr(mod, "__loader__", None)
-    src = loader.get_source(mod.__name__) if loader is not None and hasattr(loader, "get_source") else None
+def _module_source(name: str) -> str:
+    """A program module's source, read where this module was loaded from (the AnsiballZ payload, or files), without
+    importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise SupervisorError(f"the supervisor program's module {name} is not where {__name__} was loaded from")
+    src = spec.loader.get_source(name) if hasattr(spec.loader, "get_source") else None
     if src is None:  # plain file fallback
-        with open(mod.__file__, encoding="utf-8") as handle:
+        with open(spec.origin, encoding="utf-8") as handle:
             src = handle.read()
     return src
 
@@ -481,15 +477,15 @@ def install_program(run_dir: str) -> str:
     lib = os.path.join(run_dir, LIB_DIR)
     os.makedirs(lib, mode=0o700, exist_ok=True)
     os.chmod(lib, 0o700)
-    for mod in program_modules():
-        parts = mod.__name__.split(".")
+    for name in PROGRAM_MODULES:
+        parts = name.split(".")
         for depth in range(1, len(parts)):
             package_dir = os.path.join(lib, *parts[:depth])
             os.makedirs(package_dir, mode=0o700, exist_ok=True)
             init = os.path.join(package_dir, "__init__.py")
             if not os.path.exists(init):
                 _write_private(init, "")
-        _write_private(os.path.join(lib, *parts[:-1], parts[-1] + ".py"), _module_source(mod))
+        _write_private(os.path.join(lib, *parts[:-1], parts[-1] + ".py"), _module_source(name))
     main = os.path.join(lib, PROGRAM_NAME)
     _write_private(
         main,
@@ -675,7 +671,7 @@ def _start_supervisor(
         "lock_timeout": nums["lock_timeout"],
         "previous_journal": None,
     }
-    problem = _program().check_config(cfg)  # the rules the supervisor applies to its configuration
+    problem = check_config(cfg)  # the rules the supervisor applies to its configuration
     if problem is not None:
         raise SupervisorInputError(problem)
     try:

@@ -12,8 +12,8 @@ RNIC, rechecks the node identity inside the locks, then serves a UNIX socket (on
 line, one JSON response line per connection) to launch, wait for and signal its children, renew
 its lease and stop. Everything it does is appended to a JSON-lines journal (journal.py).
 
-The shared request rules (protocol.py's validate_launch_request, check_config here, ...) are the
-client's too, so that the client checks exactly what the supervisor will check.
+The shared request rules (protocol.py's validate_launch_request and check_config) are the client's
+too, so that the client checks exactly what the supervisor will check.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import argparse
 import errno
 import fcntl
 import json
-import math
 import os
 import re
 import selectors
@@ -34,7 +33,6 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
 from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import (
@@ -59,8 +57,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned 
     PinMismatch,
     pin_file,
 )
-# The socket's shared rules and names (protocol.py); validate_launch_request, signal_number and socket_address are
-# still importable from here.
+# The shared rules and names (protocol.py); validate_launch_request, check_config, signal_number and socket_address
+# are still importable from here.
 from ansible_collections.orbite.qualification.plugins.module_utils._node.protocol import (
     JOURNAL_NAME,
     LEASE_NAME,
@@ -73,6 +71,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     RUN_LOCK_NAME,
     SOCKET_NAME,
     RequestError,
+    _number_ok,
+    check_config,
     signal_name,
     signal_number,
     socket_address,
@@ -90,7 +90,6 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.tree im
 
 __all__ = ("main", "proc_start_time", "signal_number", "validate_launch_request")
 
-MAX_LOCKS = 64
 MAX_RECORDED_JSON = 256 * 1024  # a runner case file is a few kB
 KILL_REAP_TIMEOUT_S = 10.0
 # A holder whose lease ran out this long ago without releasing is hung: the next start kills it.
@@ -101,8 +100,11 @@ IDLE_CONNECTION_S = 10.0
 MAX_IDLE_CONNECTIONS = 32
 ACCEPT_PAUSE_S = 0.1
 _CHILD_ID_RE = re.compile(r"c[1-9][0-9]{0,8}", re.ASCII)
-_BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
 OPS = ("status", "renew", "launch", "wait", "signal", "stop")
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers that a start and an escalated stop use too (client.py imports them only then)
 
 
 def boottime() -> float:
@@ -126,53 +128,6 @@ def read_pinned_json(fd: int, what: str):
 
 def _without(record: Optional[Dict], key: str) -> Optional[Dict]:
     return None if record is None else {k: v for k, v in record.items() if k != key}
-
-
-def _number_ok(value, low: float, high: float, low_open: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return False
-    return (low < value if low_open else low <= value) and value <= high
-
-
-def check_config(cfg) -> Optional[str]:
-    """None when the supervisor's start configuration is valid, else the first rule it breaks.
-
-    The client checks its arguments with the same rules before it writes the configuration; the
-    supervisor checks the file again, so a configuration nobody checked is never acted upon.
-    """
-    if not isinstance(cfg, dict):
-        return f"configuration {quote(cfg)}: must be a JSON object"
-    if not names.is_name(cfg.get("run_id")):
-        return f"run_id {quote(cfg.get('run_id'))}: must be {names.NAME_RULE}"
-    locks = cfg.get("locks")
-    if not isinstance(locks, list) or not 0 < len(locks) <= MAX_LOCKS:
-        return f"locks {quote(locks)}: must be a list of 1..{MAX_LOCKS} RNIC names"
-    for index, name in enumerate(locks):
-        if not names.is_name(name):
-            return f"locks[{index}] {quote(name)}: must be {names.NAME_RULE}"
-    if len(set(locks)) != len(locks):
-        return f"locks {quote(locks)}: must not name an RNIC twice"
-    for field in ("run_dir", "lock_dir", "root"):
-        value = cfg.get(field)
-        if not isinstance(value, str) or not value.startswith("/") or "\0" in value or len(value) > 4096:
-            return f"{field} {quote(value)}: must be an absolute path"
-    if not _number_ok(cfg.get("lease"), 0, MAX_LEASE_S, low_open=True):
-        return f"lease {quote(cfg.get('lease'))}: must be a number of seconds in (0, {MAX_LEASE_S}]"
-    if not _number_ok(cfg.get("lock_timeout"), 0, 3600):
-        return f"lock_timeout {quote(cfg.get('lock_timeout'))}: must be a number of seconds in [0, 3600]"
-    hostname = cfg.get("hostname")
-    if hostname is not None and not names.is_hostname(hostname):
-        return f"hostname {quote(hostname)}: must be {names.HOSTNAME_RULE}"
-    boot_id = cfg.get("boot_id")
-    if boot_id is not None and not (isinstance(boot_id, str) and _BOOT_ID_RE.fullmatch(boot_id)):
-        return f"boot_id {quote(boot_id)}: must be a lower-case UUID"
-    controller = cfg.get("controller")
-    if controller is not None and not (names.is_name(controller) or names.is_hostname(controller)):
-        return f"controller {quote(controller)}: must be {names.NAME_RULE}, or a host name"
-    previous = cfg.get("previous_journal")
-    if previous is not None and not (isinstance(previous, str) and previous.startswith("/")):
-        return f"previous_journal {quote(previous)}: must be an absolute path or null"
-    return None
 
 
 def lease_overdue(record, boot_id: Optional[str], now: Optional[float] = None) -> Optional[float]:
@@ -254,6 +209,10 @@ def end_hung_supervisor(record: Dict, reason: str, journal_path: Optional[str], 
         except (OSError, JournalError):
             event = None
     return {"killed": bool(sent) and not pid_alive(pid), "signals": sent, "why_not": why_not, "event": event}
+
+
+# ---------------------------------------------------------------------------------------------
+# The supervisor
 
 
 class Child:

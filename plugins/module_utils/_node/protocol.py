@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
 """What both ends of the lock supervisor's control socket share (see docs/supervisor.md): the run directory's
-file names, the launch request's rules (``validate_launch_request``: the client checks exactly what the
-supervisor will check), signal names and the socket's address.
+file names, the rules of a launch request and of the start configuration (``validate_launch_request``,
+``check_config``: the client checks exactly what the supervisor will check), signal names and the socket's
+address.
 
 Apart from daemon.py (the supervisor program, which imports this) so that a module that only talks to a running
-supervisor (orbite.qualification.runner, fetch_receipts) never imports the program: a module call on a node
-compiles every module it imports (the AnsiballZ payload carries sources only), and the program is the largest
-of them. Stdlib only, Python >= 3.9.
+supervisor (orbite.qualification.runner, fetch_receipts), and node_supervisor's start, which copies the
+program without running it, never import the program: a module call on a node compiles every module it
+imports (the AnsiballZ payload carries sources only), and the program is the largest of them. Stdlib only,
+Python >= 3.9.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -19,6 +22,7 @@ import stat
 from contextlib import contextmanager
 from typing import Dict, List, Optional, Tuple
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
 from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import is_sha256
@@ -44,7 +48,9 @@ MAX_REQUEST_BYTES = 1 << 20
 MAX_LEASE_S = 7 * 24 * 3600
 MAX_ARGV = 4096
 MAX_PINS = 64
+MAX_LOCKS = 64
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+_BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
 _SUN_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes; keep a margin
 
 
@@ -57,10 +63,6 @@ class RequestError(OrbiteError):
         super().__init__(msg)
         self.code = code
         self.msg = msg
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared helpers (used by the client too)
 
 
 def signal_number(value) -> int:
@@ -236,5 +238,48 @@ def socket_address(path: str):
         os.close(dfd)
 
 
-# ---------------------------------------------------------------------------------------------
-# The supervisor
+def _number_ok(value, low: float, high: float, low_open: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    return (low < value if low_open else low <= value) and value <= high
+
+
+def check_config(cfg) -> Optional[str]:
+    """None when the supervisor's start configuration is valid, else the first rule it breaks.
+
+    The client checks its arguments with the same rules before it writes the configuration; the
+    supervisor checks the file again, so a configuration nobody checked is never acted upon.
+    """
+    if not isinstance(cfg, dict):
+        return f"configuration {quote(cfg)}: must be a JSON object"
+    if not names.is_name(cfg.get("run_id")):
+        return f"run_id {quote(cfg.get('run_id'))}: must be {names.NAME_RULE}"
+    locks = cfg.get("locks")
+    if not isinstance(locks, list) or not 0 < len(locks) <= MAX_LOCKS:
+        return f"locks {quote(locks)}: must be a list of 1..{MAX_LOCKS} RNIC names"
+    for index, name in enumerate(locks):
+        if not names.is_name(name):
+            return f"locks[{index}] {quote(name)}: must be {names.NAME_RULE}"
+    if len(set(locks)) != len(locks):
+        return f"locks {quote(locks)}: must not name an RNIC twice"
+    for field in ("run_dir", "lock_dir", "root"):
+        value = cfg.get(field)
+        if not isinstance(value, str) or not value.startswith("/") or "\0" in value or len(value) > 4096:
+            return f"{field} {quote(value)}: must be an absolute path"
+    if not _number_ok(cfg.get("lease"), 0, MAX_LEASE_S, low_open=True):
+        return f"lease {quote(cfg.get('lease'))}: must be a number of seconds in (0, {MAX_LEASE_S}]"
+    if not _number_ok(cfg.get("lock_timeout"), 0, 3600):
+        return f"lock_timeout {quote(cfg.get('lock_timeout'))}: must be a number of seconds in [0, 3600]"
+    hostname = cfg.get("hostname")
+    if hostname is not None and not names.is_hostname(hostname):
+        return f"hostname {quote(hostname)}: must be {names.HOSTNAME_RULE}"
+    boot_id = cfg.get("boot_id")
+    if boot_id is not None and not (isinstance(boot_id, str) and _BOOT_ID_RE.fullmatch(boot_id)):
+        return f"boot_id {quote(boot_id)}: must be a lower-case UUID"
+    controller = cfg.get("controller")
+    if controller is not None and not (names.is_name(controller) or names.is_hostname(controller)):
+        return f"controller {quote(controller)}: must be {names.NAME_RULE}, or a host name"
+    previous = cfg.get("previous_journal")
+    if previous is not None and not (isinstance(previous, str) and previous.startswith("/")):
+        return f"previous_journal {quote(previous)}: must be an absolute path or null"
+    return None
