@@ -394,7 +394,8 @@ class SupervisorClient:
             last_event,
         )
 
-        outcome = _program().end_hung_supervisor(dict(record, run_dir=self.run_dir), reason, self.journal_path,
+        end_hung_supervisor = _program().end_hung_supervisor
+        outcome = end_hung_supervisor(dict(record, run_dir=self.run_dir), reason, self.journal_path,
                                       by=f"stop (pid {os.getpid()})", signals=(signal.SIGTERM, signal.SIGKILL),
                                       term_wait=term_grace)
         if outcome["why_not"] is not None and self.alive():
@@ -634,8 +635,9 @@ def _check_running(client: SupervisorClient, root: str) -> None:
             f"a supervisor (pid {status.get('pid')}, run {status.get('run_id')}) already runs in {client.run_dir}",
             status,
         )
-    outcome = daemon.end_hung_supervisor(dict(record, run_dir=client.run_dir), "lease expired; a new start took over",
-                                  client.journal_path, by=f"start (pid {os.getpid()})")
+    outcome = daemon.end_hung_supervisor(dict(record, run_dir=client.run_dir),
+                                         "lease expired; a new start took over", client.journal_path,
+                                         by=f"start (pid {os.getpid()})")
     if client.alive():
         raise SupervisorStartError(f"the hung supervisor of {client.run_dir} could not be ended "
                                    f"({outcome['why_not'] or 'still alive'})", "unresponsive", {"lease": record})
