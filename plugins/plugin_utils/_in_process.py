@@ -67,14 +67,19 @@ class InProcessModule:
 
 
 def validate(name, spec, args):
-    """(params, no_log values, None) for ``args`` checked against ``spec``; or (None, (), the module's message)."""
+    """(params, no_log values, the module's message or None) for ``args`` checked against ``spec``.
+
+    As AnsibleModule: the params are the arguments updated with what the validator made of them (defaults,
+    conversions), also when it refused them (the result's invocation shows them so).
+    """
     checked = ArgumentSpecValidator(**spec).validate(args)
-    if checked.error_messages:
-        message = checked.errors.msg
-        if isinstance(checked.errors[0], UnsupportedError):
-            message = f"Unsupported parameters for ({name}) module: {message}"
-        return None, (), message
-    return checked.validated_parameters, checked._no_log_values, None
+    params = dict(args, **checked.validated_parameters)
+    if not checked.error_messages:
+        return params, checked._no_log_values, None
+    message = checked.errors.msg
+    if isinstance(checked.errors[0], UnsupportedError):
+        message = f"Unsupported parameters for ({name}) module: {message}"
+    return params, checked._no_log_values, message
 
 
 def _outcome(call, *args):
@@ -88,7 +93,7 @@ def _outcome(call, *args):
 
 def _run(name, job, args, check_mode):
     params, no_log, message = validate(name, job.SPEC, args)
-    module = InProcessModule(name, params if params is not None else args, check_mode, no_log)
+    module = InProcessModule(name, params, check_mode, no_log)
     if message is not None:
         module.fail_json(msg=message)
     job.run(module)
