@@ -23,6 +23,8 @@ SPEC = {
     "mutually_exclusive": [("profile", "path", "cases")],
     "required_one_of": [("profile", "path", "cases")],
 }
+
+
 def _derive_cases(cases):
     """Each case -> {profile, workload}; every broken case's violations, each naming its case.
 
