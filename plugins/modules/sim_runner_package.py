@@ -74,7 +74,7 @@ defect_table:
 code:
   description:
     - Stable failure code; C(sim_runner_package.defect_table) when the zipapp printed no table, an C(os.*) code
-      when the zipapp cannot be made or read.
+      when the zipapp cannot be made or read, C(zipapp.src) when O(src) holds no C(__main__.py).
   returned: failure
   type: str
   sample: sim_runner_package.defect_table

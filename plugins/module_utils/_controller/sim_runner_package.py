@@ -25,8 +25,8 @@ SPEC = {
 TABLE_TIMEOUT = 60  # seconds: the runner prints a constant table and exits
 
 
-class PackageError(OrbiteError):
-    code = "sim_runner_package.failed"
+class DefectTableError(OrbiteError):
+    code = "sim_runner_package.defect_table"
 
 
 def defect_table(zipapp_path):
@@ -35,16 +35,14 @@ def defect_table(zipapp_path):
         ran = subprocess.run([sys.executable, zipapp_path, "--defect-table"], capture_output=True, text=True,
                              timeout=TABLE_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise PackageError(f"zipapp={zipapp_path}: the defect table could not be asked of it ({error})",
-                           code="sim_runner_package.defect_table") from None
+        raise DefectTableError(f"zipapp={zipapp_path}: the defect table could not be asked of it ({error})") from None
     try:
         table = json.loads(ran.stdout) if ran.returncode == 0 else None
     except ValueError:
         table = None
     if not isinstance(table, dict):
-        raise PackageError(f"zipapp={zipapp_path}: --defect-table exited {ran.returncode} without a table (stdout "
-                           f"{quote(ran.stdout)}, stderr {quote(ran.stderr[-2000:])})",
-                           code="sim_runner_package.defect_table")
+        raise DefectTableError(f"zipapp={zipapp_path}: --defect-table exited {ran.returncode} without a table "
+                               f"(stdout {quote(ran.stdout)}, stderr {quote(ran.stderr[-2000:])})")
     return table
 
 

@@ -10,6 +10,7 @@ import io
 import os
 import zipapp
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_bytes,
     makedirs_private,
@@ -30,6 +31,9 @@ def runner_zipapp(source, target, check_mode=False):
     the bytes it would be."""
     if os.path.lexists(target):
         return sha256_file(target), False
+    if not os.path.isfile(os.path.join(source, "__main__.py")):
+        raise OrbiteError(f"src={quote(source)}: is not the simulated runner's tree (a directory holding __main__.py)",
+                          code="zipapp.src")
     buffer = io.BytesIO()
     zipapp.create_archive(source, buffer, filter=_sources)
     data = buffer.getvalue()

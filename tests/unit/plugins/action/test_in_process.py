@@ -159,6 +159,12 @@ def test_sim_runner_package_action_is_the_module_made_once_and_private(tmp_path)
     assert again["changed"] is False and again["sha256"] == made["sha256"] and path.stat().st_mtime == 1
 
 
+def test_a_source_that_is_no_runner_tree_is_a_coded_failure(tmp_path):
+    failed = same("sim_runner_package", tmp_path, {"src": "{d}", "zipapp": "{d}/run/app.pyz"})
+    assert failed["failed"] and failed["code"] == "zipapp.src" and "__main__.py" in failed["msg"]
+    assert not (tmp_path / "action" / "run").exists()
+
+
 def test_a_zipapp_that_prints_no_table_is_a_coded_failure(tmp_path):
     fake = tmp_path / "fake.pyz"
     fake.write_text("import sys\nsys.exit(3)\n")
