@@ -19,6 +19,9 @@ from helpers.modules import run_module
 from helpers.paths import REPO
 
 from ansible_collections.orbite.qualification.plugins.action import (
+    fleet_merge,
+    fleet_plan,
+    fleet_verdict,
     profile_info,
     result_check,
     run_origin,
@@ -27,8 +30,8 @@ from ansible_collections.orbite.qualification.plugins.action import (
 )
 from ansible_collections.orbite.qualification.plugins.plugin_utils import _in_process
 
-ACTIONS = {m.__name__.rsplit(".", 1)[1]: m for m in (profile_info, result_check, run_origin, run_plan,
-                                                      sim_runner_package)}
+ACTIONS = {m.__name__.rsplit(".", 1)[1]: m for m in (fleet_merge, fleet_plan, fleet_verdict, profile_info,
+                                                      result_check, run_origin, run_plan, sim_runner_package)}
 PROFILE = str(REPO / "profiles" / "rail_accounting.json")
 SIM = str(REPO / "sim")
 
@@ -170,6 +173,32 @@ def test_a_zipapp_that_prints_no_table_is_a_coded_failure(tmp_path):
     fake.write_text("import sys\nsys.exit(3)\n")
     failed = act("sim_runner_package", {"src": SIM, "zipapp": str(fake), "defect_table": True})
     assert failed["failed"] and failed["code"] == "sim_runner_package.defect_table" and "exited 3" in failed["msg"]
+
+
+def test_fleet_plan_verdict_and_merge_actions_are_the_modules(tmp_path):
+    derived = act("profile_info", {"path": PROFILE})
+    cases = [{"id": "read-polling", "profile": dict(derived["profile"], source="sim-c", requester="sim-d"),
+              "workload": derived["workload"]}]
+    fleet = {"hosts": ["sim-a", "sim-b", "sim-c", "sim-d"], "pairing": "list", "pairs": [["sim-a", "sim-b"],
+             ["sim-c", "sim-d"]], "fleet_id": "f1", "fleet_dir": "{d}/f1", "cases": ["read-polling"],
+             "runs": {"p2": {"cases": cases}}}
+    checked = same("fleet_plan", tmp_path, fleet, check_mode=True)
+    assert [p["id"] for p in checked["pairs"]] == ["p1", "p2"] and not (tmp_path / "action" / "f1").exists()
+    planned_fleet = same("fleet_plan", tmp_path, fleet)
+    assert planned_fleet["changed"] is True and (tmp_path / "action" / "f1" / "f1-p2" / "run.json").is_file()
+    bad = same("fleet_plan", tmp_path, dict(fleet, fleet_id="f2", fleet_dir="{d}/f2",
+                                            runs={"p2": {"cases": [{"id": "bad id", "profile": {}}]}}))
+    assert bad["failed"] and bad["code"] == "run_plan.invalid" and bad["msg"].startswith("runs[p2] (run_dir=")
+    verdict = same("fleet_verdict", tmp_path, {"output_dir": "{d}/f1"})  # no pair ran: never PASS
+    assert verdict["verdict"] in ("FAIL", "INCOMPLETE") and verdict["changed"] is True
+    missing = same("fleet_verdict", tmp_path, {"output_dir": "{d}/nothing"})
+    assert missing["failed"] and missing["code"] == "fleet.plan"
+    merged = same("fleet_merge", tmp_path, {"fleet_dir": "{d}/f1", "fleet_id": "f1", "pairing": "list",
+                                            "fleet_hosts": fleet["hosts"], "pairs": fleet["pairs"],
+                                            "expected_slices": 2})
+    assert merged["verdict"] in ("FAIL", "INCOMPLETE")  # no slice left a verdict: never PASS
+    assert same("fleet_merge", tmp_path, {"fleet_dir": "{d}/f1", "fleet_id": "f1", "fleet_hosts": ["sim-a"],
+                                          "expected_slices": "two"})["msg"].startswith("argument 'expected_slices'")
 
 
 # ---------------------------------------------------------------- the shared in-process runner
