@@ -51,4 +51,3 @@ def run(module):
                   else f"writing the fleet plan under {params['fleet_dir']}")
     module.exit_json(changed=not module.check_mode, output_dir=out, pairs=doc["pairs"], waves=doc["waves"],
                      slots=doc["slots"], elsewhere=doc["elsewhere"], max_degree=doc["max_degree"])
-

@@ -19,4 +19,3 @@ def run(module):
     module.exit_json(changed=not module.check_mode, reports=paths,
                      **{key: result[key] for key in ("verdict", "complete", "counts", "failed_codes", "rows",
                                                      "pairs", "findings")})
-
