@@ -40,8 +40,7 @@ class _Returned(Exception):
 class InProcessModule:
     """What a controller job needs of AnsibleModule, in the worker: the same calls, the same result."""
 
-    def __init__(self, name, params, check_mode, no_log_values=()):
-        self._name = name
+    def __init__(self, params, check_mode, no_log_values=()):
         self.params = params
         self.check_mode = check_mode
         self._no_log_values = set(no_log_values)
@@ -91,9 +90,10 @@ def _outcome(call, *args):
     return None
 
 
-def _run(name, job, args, check_mode):
-    params, no_log, message = validate(name, job.SPEC, args)
-    module = InProcessModule(name, params, check_mode, no_log)
+def _run(name, job, module):
+    params, no_log, message = validate(name, job.SPEC, module.params)
+    module.params = params
+    module._no_log_values.update(no_log)
     if message is not None:
         module.fail_json(msg=message)
     job.run(module)
@@ -104,14 +104,15 @@ def _run(name, job, args, check_mode):
 def run_job(name, job, args, check_mode):
     """The result of ``job`` (a module of module_utils/_controller: SPEC, run) on ``args``, as its module returns it.
 
-    Any error the job did not turn into a failure itself is the task's failure with a code, never a traceback.
+    Any error the job did not turn into a failure itself is the task's failure with a code, never a traceback
+    (with the job's warnings so far, and its no_log values masked).
     """
     # The arguments as the module reads them: JSON types, a copy the job may change.
-    args = json.loads(json.dumps(args, default=str))
+    module = InProcessModule(json.loads(json.dumps(args, default=str)), check_mode)
     try:
-        return _outcome(_run, name, job, args, check_mode)
+        return _outcome(_run, name, job, module)
     except Exception as error:  # pylint: disable=broad-except  # the one error root of every in-process job
-        return _outcome(fail_from, InProcessModule(name, args, check_mode), error)
+        return _outcome(fail_from, module, error)
 
 
 class InProcessAction(ActionBase):

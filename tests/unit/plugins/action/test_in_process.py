@@ -211,11 +211,14 @@ def _job(run, **options):
 
 def test_an_error_the_job_did_not_expect_is_a_coded_failure_not_a_traceback():
     def run(module):
-        raise KeyError("lost")
+        module.warn("before the error")
+        raise KeyError(f"lost {module.params['token']}")
 
-    result = _in_process.run_job("orbite.qualification.x", _job(run), {"name": "a"}, False)
-    assert result["failed"] and result["code"] == "error.KeyError" and result["msg"] == "'lost'"
-    assert "Traceback" not in json.dumps(result)
+    job = _job(run, token={"type": "str", "no_log": True})
+    result = _in_process.run_job("orbite.qualification.x", job, {"name": "a", "token": "s3cret"}, False)
+    assert result["failed"] and result["code"] == "error.KeyError" and result["msg"].startswith("'lost ")
+    assert result["warnings"] == ["before the error"]
+    assert "Traceback" not in json.dumps(result) and "s3cret" not in json.dumps(result)
 
 
 def test_a_job_that_returns_without_a_result_fails_by_name():
