@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,8 +43,38 @@ def _children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
+# How long processes the playbook left behind (a supervisor, a runner) may take to end after it exited.
+ORPHAN_GRACE_S = 30.0
+
+
+def _orphans():
+    """PIDs of this process's children that are still running (the orphans it adopted as their subreaper)."""
+    pids = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids += [int(pid) for pid in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return sorted(set(pids))
+
+
+def _reap_until(deadline):
+    """Reap every child that ends before ``deadline`` (monotonic); True once none is left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
 def run_counting_cpu(argv, **kwargs):
-    """Run ``argv`` to its end; its exit status, output and the CPU seconds of every process it started.
+    """Run ``argv`` to its end; its exit status, output, the CPU seconds of every process it started, and the
+    PIDs of processes that outlived it past ORPHAN_GRACE_S (each then sent SIGTERM, which a supervisor takes
+    as: kill and reap its children, release its locks; their CPU seconds may be missing from the figure).
     The supervisors detach from Ansible, so this process is made their subreaper and reaps every orphan
     too: a reaped process's CPU time counts in this one's RUSAGE_CHILDREN, whoever started it."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -51,22 +82,28 @@ def run_counting_cpu(argv, **kwargs):
     with tempfile.TemporaryFile("w+") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, **kwargs)
         status = None
-        while True:
-            try:
-                pid, code = os.wait()
-            except ChildProcessError:
-                break
+        while status is None:
+            pid, code = os.wait()  # the playbook or an orphan, whichever ends first
             if pid == child.pid:
                 status = os.waitstatus_to_exitcode(code)
         child.returncode = status  # reaped above: Popen must not wait for it again
+        left = []
+        if not _reap_until(time.monotonic() + ORPHAN_GRACE_S):
+            left = _orphans()
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            _reap_until(time.monotonic() + ORPHAN_GRACE_S)
         out.seek(0)
-        return status, out.read(), _children_cpu() - before
+        return status, out.read(), _children_cpu() - before, left
 
 
 def fleet(lab, runs, pairs, profile, times_path):
     """Seconds to the fleet verdict of ``pairs``, the CPU seconds it cost, and the per-task times."""
     started = time.monotonic()
-    status, output, cpu = run_counting_cpu(
+    status, output, cpu, left = run_counting_cpu(
         ["ansible-playbook", "-i", str(lab / "inventory.yml"), "playbooks/fleet.yml", "-e", f"sim_lab_dir={lab}",
          "-e", json.dumps({"orbite_output_dir": str(runs), "orbite_profile_file": profile,
                            "orbite_fleet_pairing": "list", "orbite_fleet_pairs": pairs})],
@@ -74,6 +111,9 @@ def fleet(lab, runs, pairs, profile, times_path):
     elapsed = time.monotonic() - started
     if status != 0:
         sys.exit(f"the fleet of {len(pairs)} pair(s) failed:\n{output[-3000:]}")
+    if left:
+        sys.exit(f"the fleet of {len(pairs)} pair(s) left processes running {ORPHAN_GRACE_S:.0f} s after its end "
+                 f"(PIDs {left}, sent SIGTERM): a supervisor or runner that did not stop is a bug, not a figure")
     return elapsed, cpu, {row["task"]: row for row in json.loads(times_path.read_text())}
 
 

@@ -42,6 +42,19 @@ attributes:
     platforms: linux
 """
 
+    # Controller side, run by its action plugin in the task's worker (plugins/plugin_utils/_in_process.py).
+    CONTROLLER_ACTION = r"""
+options: {}
+attributes:
+  action:
+    description: The module has an action plugin of the same name, which runs on the controller.
+    support: full
+    details:
+      - The action plugin does the module's job in the task's worker process on the controller, with the
+        module's argument checks, check mode and results (no module transfer, no new Python); wherever the
+        task is delegated, the files it reads and writes are the controller's.
+"""
+
     # Controller side (run with delegate_to localhost): plain files and processes only.
     PLATFORM_POSIX = r"""
 options: {}

@@ -5,6 +5,7 @@
 import json
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 
 
 def case_entry(triple):
@@ -42,17 +43,26 @@ def pinned_observer(item, manifest):
     return {"path": item["value"], "sha256": entry.get("sha256")}
 
 
+# The mode whose control relay (plugins/module_utils/_run/relay.py) has defect switches of its own.
+RELAY_MODE = "installed-interruption"
+
+
 def case_switch_problems(cases, table, runner_kind):
     """One message per broken rule of the cases' own defect switches (naming the case, the field, the value and
-    the rule), checked against ``table`` ({mode: [switch, ...]}, the simulated runner's own ``--defect-table``);
-    [] when every case's switches belong to its mode. Per-case switches are the simulated runner's only."""
+    the rule), checked against ``table`` ({mode: [switch, ...]}, the simulated runner's own ``--defect-table``)
+    and the control relay's own switches (installed-interruption, whatever the runner); [] when every case's
+    switches belong to its mode. The runner's per-case switches are the simulated runner's only."""
+    runner_switches = table.get(RELAY_MODE) or []
+    table = dict(table, **{RELAY_MODE: list(runner_switches) + [s for s in RELAY_SWITCHES if s not in runner_switches]})
     problems = []
     for case in cases:
         defects = case.get("defects")
         if defects is None:
             continue
         where = f"case {case.get('id')}"
-        if runner_kind != "sim":
+        relay_only = isinstance(defects, list) and (case.get("profile") or {}).get("mode") == RELAY_MODE and all(
+            name in RELAY_SWITCHES for name in defects)
+        if runner_kind != "sim" and not relay_only:
             problems.append(f"{where}: defects={json.dumps(defects)}: a case's own defect switches are the "
                             f"simulated runner's; this run's runner is {runner_kind}")
             continue

@@ -22,6 +22,7 @@ author:
 extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.platform_posix
+  - orbite.qualification._attributes.controller_action
 options:
   hosts:
     description: The hosts this job runs on (the fleet group as this job, or this AWX slice, sees it).
@@ -151,53 +152,11 @@ code:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._fleet import run as fleet_run
-from ansible_collections.orbite.qualification.plugins.module_utils._fleet.plan import plan_fleet
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
+from ansible_collections.orbite.qualification.plugins.module_utils._controller.fleet_plan import SPEC, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "hosts": {"type": "list", "elements": "str", "required": True},
-            "fleet_hosts": {"type": "list", "elements": "str"},
-            "pairing": {"type": "str", "choices": ["all", "ring", "list"], "default": "ring"},
-            "pairs": {"type": "list", "elements": "raw"},
-            "fleet_id": {"type": "str", "required": True},
-            "fleet_dir": {"type": "path", "required": True},
-            "slice": {"type": "str"},
-            "cases": {"type": "list", "elements": "str", "required": True},
-            "runs": {"type": "dict", "default": {}},
-            "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
-            "allow_dirty": {"type": "bool", "default": False},
-            "defects": {"type": "list", "elements": "str", "default": []},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    pair = None  # the pair whose run.json is being written, named in a failure
-    try:
-        plan = plan_fleet(params["hosts"], params["pairing"], params["pairs"], params["fleet_hosts"],
-                          fleet_id=params["fleet_id"])
-        fleet_run.attach_runs(plan, params["fleet_dir"])
-        for pair in [] if module.check_mode else [p for p in plan["pairs"] if p["id"] in params["runs"]]:
-            run = params["runs"][pair["id"]] or {}
-            write_plan(pair["run_dir"], pair["run_id"], run.get("cases") or [], allow_dirty=params["allow_dirty"],
-                       runner_kind=params["runner_kind"], defects=params["defects"],
-                       artifacts=run.get("artifacts") or None)
-        pair = None
-        out, doc = fleet_run.start(params["fleet_dir"], plan, params["cases"], params["slice"] or None,
-                                   check_mode=module.check_mode)
-    except RunPlanError as error:
-        fail_from(module, error, prefix=f"runs[{pair['id']}] (run_dir={pair['run_dir']})" if pair else "")
-    except OrbiteError as error:
-        fail_from(module, error)
-    except OSError as error:
-        fail_from(module, error, prefix=f"runs[{pair['id']}]: run_dir={pair['run_dir']} cannot be written" if pair
-                  else f"writing the fleet plan under {params['fleet_dir']}")
-    module.exit_json(changed=not module.check_mode, output_dir=out, pairs=doc["pairs"], waves=doc["waves"],
-                     slots=doc["slots"], elsewhere=doc["elsewhere"], max_degree=doc["max_degree"])
+    run(AnsibleModule(supports_check_mode=True, **SPEC))
 
 
 if __name__ == "__main__":

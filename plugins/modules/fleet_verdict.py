@@ -21,6 +21,7 @@ author:
 extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.platform_posix
+  - orbite.qualification._attributes.controller_action
 options:
   output_dir:
     description: The directory holding C(fleet.json) (the fleet run's, or one AWX slice's C(slices/<slice>)).
@@ -102,22 +103,11 @@ code:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._fleet import run as fleet_run
+from ansible_collections.orbite.qualification.plugins.module_utils._controller.fleet_verdict import SPEC, run
 
 
 def main():
-    module = AnsibleModule(argument_spec={"output_dir": {"type": "path", "required": True}},
-                           supports_check_mode=True)
-    try:
-        result, paths = fleet_run.verify(module.params["output_dir"], write=not module.check_mode)
-    except OrbiteError as error:
-        fail_from(module, error)
-    except OSError as error:
-        fail_from(module, error, prefix=f"writing the fleet verdict under {module.params['output_dir']}")
-    module.exit_json(changed=not module.check_mode, reports=paths,
-                     **{key: result[key] for key in ("verdict", "complete", "counts", "failed_codes", "rows",
-                                                     "pairs", "findings")})
+    run(AnsibleModule(supports_check_mode=True, **SPEC))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.read_only
   - orbite.qualification._attributes.platform_posix
+  - orbite.qualification._attributes.controller_action
 options:
   profile:
     description:
@@ -213,71 +214,11 @@ code:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._profile.model import (
-    ProfileError,
-    load_and_derive,
-)
-
-
-def _derive_cases(cases):
-    """Each case -> {profile, workload}; every broken case's violations, each naming its case.
-
-    A case is named by its ID, else by its position from 1 (a lone case without an ID is not named).
-    """
-    derived, violations = [], []
-    for position, case in enumerate(cases, start=1):
-        name = case.get("id") or (str(position) if len(cases) > 1 else None)
-        try:
-            profile, workload = load_and_derive(profile=case.get("profile"), path=case.get("path"),
-                                                changes=case.get("changes"), reverse_hosts=case.get("reverse_hosts"))
-        except ProfileError as error:
-            violations.extend(dict(v.as_dict(), **({"case": name} if name else {})) for v in error.violations)
-            continue
-        derived.append({"profile": profile, "workload": workload})
-    return derived, violations
-
-
-def _cases_message(violations):
-    named = [v["case"] for v in violations if "case" in v]
-    where = f" in case(s) {', '.join(dict.fromkeys(named))}" if named else ""
-    found = "; ".join(f"{v['case']}: {v['message']}" if "case" in v else v["message"] for v in violations)
-    return f"invalid qualification profile: {len(violations)} violation(s){where}: {found}"
+from ansible_collections.orbite.qualification.plugins.module_utils._controller.profile_info import SPEC, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "profile": {"type": "raw"},
-            "path": {"type": "path"},
-            "cases": {"type": "list", "elements": "dict", "options": {
-                "id": {"type": "str"},
-                "profile": {"type": "raw"},
-                "path": {"type": "path"},
-                "changes": {"type": "dict", "default": {}},
-                "reverse_hosts": {"type": "bool", "default": False},
-            }, "mutually_exclusive": [("profile", "path")], "required_one_of": [("profile", "path")]},
-        },
-        mutually_exclusive=[("profile", "path", "cases")],
-        required_one_of=[("profile", "path", "cases")],
-        supports_check_mode=True,
-    )
-    if module.params["cases"] is not None:
-        derived, violations = _derive_cases(module.params["cases"])
-        if violations:
-            module.fail_json(msg=_cases_message(violations), code=ProfileError.code, changed=False,
-                             violations=violations)
-        module.exit_json(changed=False, cases=derived)
-    try:
-        profile, workload = load_and_derive(profile=module.params["profile"], path=module.params["path"])
-    except ProfileError as error:
-        fail_from(
-            module,
-            error,
-            prefix=f"invalid qualification profile: {len(error.violations)} violation(s)",
-            violations=[v.as_dict() for v in error.violations],
-        )
-    module.exit_json(changed=False, profile=profile, workload=workload)
+    run(AnsibleModule(supports_check_mode=True, **SPEC))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ author:
 extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.platform_posix
+  - orbite.qualification._attributes.controller_action
 options:
   run:
     description: The earlier run, as its run directory (absolute path) or its run ID under O(runs_dir).
@@ -82,25 +83,11 @@ code:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import rerun_origin
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.history import resolve_run
+from ansible_collections.orbite.qualification.plugins.module_utils._controller.run_origin import SPEC, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "run": {"type": "str", "required": True},
-            "runs_dir": {"type": "path"},
-        },
-        supports_check_mode=True,
-    )
-    try:
-        found = rerun_origin(resolve_run(module.params["run"], module.params["runs_dir"], "run"))
-    except OrbiteError as error:
-        fail_from(module, error)
-    found["variants"] = [{"id": case, "changes": {}} for case in found["origin"]["cases"]]
-    module.exit_json(changed=False, **found)
+    run(AnsibleModule(supports_check_mode=True, **SPEC))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ author:
 extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.platform_posix
+  - orbite.qualification._attributes.controller_action
 options:
   run_dir:
     description: The run directory.
@@ -204,72 +205,12 @@ code:
   sample: run_plan.invalid
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import (
-    RunPlanError,
-    case_ids,
-    write_plan,
-)
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
+from ansible_collections.orbite.qualification.plugins.module_utils._controller.run_plan import SPEC, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "run_dir": {"type": "path", "required": True},
-            "run_id": {"type": "str", "required": True},
-            "cases": {"type": "list", "elements": "dict", "required": True, "options": {
-                "id": {"type": "str", "required": True},
-                "profile": {"type": "dict", "required": True},
-                "workload": {"type": "dict"},
-                "defects": {"type": "list", "elements": "str"},
-                "leave_out": {"type": "list", "elements": "str"},
-            }},
-            "allow_dirty": {"type": "bool", "default": False},
-            "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
-            "defects": {"type": "list", "elements": "str", "default": []},
-            "artifacts": {"type": "dict", "options": {
-                "runner": {"type": "dict", "required": True, "options": {
-                    "kind": {"type": "str", "required": True, "choices": ["sim", "native"]},
-                    "path": {"type": "path", "required": True},
-                    "sha256": {"type": "str", "required": True},
-                }},
-                "verbs_library": {"type": "dict", "options": {
-                    "path": {"type": "path", "required": True},
-                    "sha256": {"type": "str", "required": True},
-                }},
-                "observers": {"type": "dict", "default": {}},
-            }},
-            "verdict": {"type": "bool", "default": False},
-            "origin": {"type": "dict", "options": {
-                "run_id": {"type": "str", "required": True},
-                "run_dir": {"type": "path", "required": True},
-                "cases": {"type": "list", "elements": "str", "required": True},
-            }},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    try:
-        changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
-                             allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
-                             defects=params["defects"], artifacts=params["artifacts"], origin=params["origin"])
-    except RunPlanError as error:
-        fail_from(module, error)
-    except OSError as error:
-        fail_from(module, error, prefix=f"run_dir={params['run_dir']}: cannot be written")
-    verdict = None
-    if params["verdict"] and not module.check_mode:
-        first = verify_run(params["run_dir"], cases=[], partial=True)
-        if first.get("write_error"):
-            module.warn(f"the run's first verdict (INCOMPLETE) could not be written: {first['write_error']}")
-        else:
-            verdict = os.path.join(params["run_dir"], "verdict.json")
-    module.exit_json(changed=changed, verdict=verdict, run_json=os.path.join(params["run_dir"], "run.json"),
-                     cases={case["id"]: case_ids(params["run_id"], case["id"]) for case in params["cases"]})
+    run(AnsibleModule(supports_check_mode=True, **SPEC))
 
 
 if __name__ == "__main__":

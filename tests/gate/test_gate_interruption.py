@@ -72,15 +72,23 @@ def test_interruption_playbook_passes_its_cases(repo_root, ansible_env, lab, tmp
     assert gate.locks_free(lab)
 
 
-@pytest.mark.parametrize(("switch", "code"), [("free_busy_ok", "interruption.batch_busy"),
-                                              ("leak_grant", "interruption.grant_held")])
-def test_a_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path, switch, code):
-    result = _gate(repo_root, ansible_env, lab, tmp_path / "runs",
-                   dict(_small(tmp_path), orbite_runner_defects=[switch]))
+# The runner's switch for the whole run (orbite_runner_defects); the relay's as a case variant's own `defects:`
+# (the preflight takes the relay's switches as installed-interruption's, whatever the runner).
+@pytest.mark.parametrize(("switch", "code", "per_case"), [("free_busy_ok", "interruption.batch_busy", False),
+                                                          ("leak_grant", "interruption.grant_held", True)])
+def test_a_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path, switch, code, per_case):
+    extra = _small(tmp_path)
+    if per_case:
+        extra["orbite_case_variants"] = [dict(variant, defects=[switch]) for variant in extra["orbite_case_variants"]]
+    else:
+        extra["orbite_runner_defects"] = [switch]
+    result = _gate(repo_root, ansible_env, lab, tmp_path / "runs", extra)
     assert result.returncode != 0
-    verdict, _ = gate.verdict(tmp_path / "runs")
+    verdict, run_dir = gate.verdict(tmp_path / "runs")
     assert verdict["verdict"] == "FAIL"
     assert set(verdict["failed_codes"]) == {"run.diagnostic", code}, verdict["failed_codes"]
+    plan = json.loads((run_dir / "run.json").read_text())
+    assert (plan.get("case_defects"), plan["defects"]) == (({"d1": [switch]}, []) if per_case else (None, [switch]))
     assert gate.locks_free(lab)
 
 

@@ -9,7 +9,6 @@ journaling the case, ``record_json``) and preloading the lab's observers by hash
 """
 
 import atexit
-import hashlib
 import json
 import shutil
 import sys
@@ -21,9 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "sim"))
 
 import sim_harness  # noqa: E402 - the simulated runner's own harness: hosts, case files
-
-sys.path.insert(0, str(REPO / "sim"))
-from orbite_sim.package import build_zipapp  # noqa: E402 - packaged as the gate packages it (roles/preflight)
+from ansible_collections.orbite.qualification.plugins.module_utils._run import package  # noqa: E402 - as the gate
 from helpers import observer_log  # noqa: E402
 
 RUNNER = sim_harness.RUNNER
@@ -52,8 +49,7 @@ def runner_zipapp():
         out = Path(tempfile.mkdtemp(prefix="orbite-sim-runner-"))
         atexit.register(shutil.rmtree, out, True)
         target = out / "orbite-sim-runner.pyz"
-        build_zipapp(RUNNER, target)
-        _ZIPAPP.append((target, hashlib.sha256(target.read_bytes()).hexdigest()))
+        _ZIPAPP.append((target, package.runner_zipapp(str(RUNNER), str(target))[0]))
     return _ZIPAPP[0]
 
 

@@ -35,3 +35,18 @@ def test_another_modes_switch_and_an_unknown_one_are_each_named():
 ])
 def test_a_switch_list_that_is_no_list_or_a_native_run_is_named(defects, kind, message):
     assert case_switch_problems([_case(defects)], TABLE, kind) == [message]
+
+
+def test_the_control_relays_own_switch_is_one_of_installed_interruption_whatever_the_runner():
+    """leak_grant is the relay's (plugins/module_utils/_run/relay.py), not the runner's: a case variant of
+    installed-interruption may carry it, with a native runner too; another mode's case is told whose it is."""
+    table = dict(TABLE, **{"installed-interruption": ["free_busy_ok"]})
+    interruption = _case(["leak_grant", "free_busy_ok"], mode="installed-interruption")
+    assert case_switch_problems([interruption], table, "sim") == []
+    assert case_switch_problems([_case(["leak_grant"], mode="installed-interruption")], {}, "native") == []
+    assert case_switch_problems([interruption], table, "native") == [
+        'case c1: defects=["leak_grant", "free_busy_ok"]: a case\'s own defect switches are the simulated '
+        "runner's; this run's runner is native"]
+    assert case_switch_problems([_case(["leak_grant"])], table, "sim") == [
+        'case c1: defects[0]="leak_grant": is a switch of installed-interruption, not of installed-lost-completion '
+        "(installed-lost-completion takes fabricate_cqe, lost_debt_cleared)"]

@@ -1,6 +1,7 @@
 """Import boundaries between module_utils packages, read from the source with ast (nothing is imported).
 
-- the verifier (``_verify`` and the result_check module) imports nothing from the simulated lab
+- the verifier (``_verify``, the result_check module, its job in ``_controller`` and its action plugin with
+  the in-process runner it uses) imports nothing from the simulated lab
   (``_sim``, the ``sim/`` engine), the run launcher (``_run``), the node side (``_node``) or any
   module (``plugins.modules``, the runner among them): a runner bug must not cancel itself out;
 - node-side packages (``_node``, ``_inventory``, ``_common``, ``_run``) import nothing from
@@ -18,7 +19,7 @@ from helpers.paths import REPO
 COLLECTION = "ansible_collections.orbite.qualification"
 MODULE_UTILS = f"{COLLECTION}.plugins.module_utils"
 UTILS_DIR = REPO / "plugins" / "module_utils"
-PACKAGES = ("_build", "_common", "_fleet", "_inventory", "_node", "_profile", "_run", "_sim", "_verify")
+PACKAGES = ("_build", "_common", "_controller", "_fleet", "_inventory", "_node", "_profile", "_run", "_sim", "_verify")
 
 # Top-level names of the simulated engine under sim/ (run with sim/ on sys.path), and its path
 # as a package of the collection, should anyone import it that way.
@@ -112,8 +113,10 @@ def test_every_package_is_known():
 
 def test_verifier_imports_no_simulation_runner_or_node_code():
     problems = check_package("_verify", VERIFIER_FORBIDDEN)
-    module = REPO / "plugins" / "modules" / "result_check.py"
-    problems += violations(module, f"{COLLECTION}.plugins.modules", VERIFIER_FORBIDDEN)
+    for path, package in (("modules/result_check.py", "modules"), ("action/result_check.py", "action"),
+                          ("module_utils/_controller/result_check.py", "module_utils._controller"),
+                          ("plugin_utils/_in_process.py", "plugin_utils")):
+        problems += violations(REPO / "plugins" / path, f"{COLLECTION}.plugins.{package}", VERIFIER_FORBIDDEN)
     assert not problems, "\n".join(problems)
 
 

@@ -1,5 +1,5 @@
-"""The simulated runner's zipapp (sim/orbite_sim/package.py): each module's source with its checked-hash bytecode
-beside it, used only while it is the bytecode of that very source and of the running interpreter."""
+"""The simulated runner's zipapp (plugins/module_utils/_run/package.py): each module's source with its checked-hash
+bytecode beside it, used only while it is the bytecode of that very source and of the running interpreter."""
 
 import glob
 import importlib.util
@@ -13,14 +13,17 @@ import zipfile
 import pytest
 from helpers.paths import REPO
 
+from ansible_collections.orbite.qualification.plugins.module_utils._run import package
+
 sys.path.insert(0, str(REPO / "sim"))
-from orbite_sim import PROTOCOL
-from orbite_sim.package import build_zipapp
+from orbite_sim import PROTOCOL  # the runner's own protocol string, to check what the zipapp prints
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    return build_zipapp(REPO / "sim", tmp_path_factory.mktemp("zipapp") / "orbite-sim-runner.pyz")
+    target = tmp_path_factory.mktemp("zipapp") / "orbite-sim-runner.pyz"
+    package.runner_zipapp(str(REPO / "sim"), str(target))
+    return target
 
 
 def test_each_module_has_its_own_checked_bytecode(app):
