@@ -1,15 +1,17 @@
 """Time-to-verdict of the rail-accounting gate on the local simulated lab, against the same runner
 invocations run directly (no Ansible, no supervisor), side by side in one run; prints the ratio,
 Ansible's own floor on this machine (what a playbook start, a module call and a skipped task cost on
-the lab's two hosts) and where the overhead goes (per-task wall time from
-bench/callback_plugins/task_times.py).
+the lab's two hosts), where the overhead goes (per-task wall time from bench/callback_plugins/task_times.py)
+and what each node module costs on top of Ansible's own (its AnsiballZ payload, built once per run on the
+controller, and the collection code every call of it imports on the node).
 
-    .venv/bin/python bench/bench_gate.py [--rounds N] [--floor-tasks N]
+    .venv/bin/python bench/bench_gate.py [--rounds N] [--floor-tasks N] [--no-modules]
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,12 +75,63 @@ def floor(base, count):
     return seconds
 
 
+# The node-side modules of a case (and the run's one deploy), against the module every floor above runs.
+NODE_MODULES = ("ansible.builtin.ping", "orbite.qualification.node_supervisor", "orbite.qualification.runner",
+                "orbite.qualification.fetch_receipts", "orbite.qualification.deploy_artifacts")
+_IMPORT_LINE = re.compile(r"import time:\s+\d+ \|\s+(\d+) \| (\S+)$")
+
+
+def node_modules(base, rounds=3):
+    """{module: (payload KiB, build s, import s)}: the AnsiballZ payload a module's first call in a run builds on the
+    controller (a cold cache each time; best of ``rounds``), and the time a call of it spends importing
+    ansible_collections.* on the node (``python -X importtime`` of that payload run with no arguments: it imports
+    everything, then refuses; best of ``rounds``). A module that imports code it never needs pays it in every call:
+    AnsiballZ ships sources, so each call compiles each module again."""
+    code = (
+        "import json, sys, tempfile\n"
+        "from ansible import constants as C\n"
+        "from ansible.executor import module_common\n"
+        "from ansible.plugins.loader import init_plugin_loader, module_loader\n"
+        "from ansible.template import Templar\n"
+        "init_plugin_loader([sys.argv[1]])\n"
+        "import time\n"
+        "name, out, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
+        "path = module_loader.find_plugin_with_context(name).plugin_resolved_path\n"
+        "best = None\n"
+        "for _ in range(rounds):\n"
+        "    C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(dir=sys.argv[5])\n"
+        "    started = time.perf_counter()\n"
+        "    built = module_common.modify_module(module_name=name, module_path=path, module_args={},\n"
+        "        templar=Templar(loader=None), task_vars={'ansible_python_interpreter': sys.executable},\n"
+        "        module_compression='ZIP_DEFLATED')\n"
+        "    best = min(best or 1e9, time.perf_counter() - started)\n"
+        "open(out, 'wb').write(built.b_module_data)\n"
+        "print(json.dumps(best))\n"
+    )
+    figures = {}
+    for name in NODE_MODULES:
+        payload = Path(base) / f"AnsiballZ_{name.rsplit('.', 1)[1]}.py"
+        built = subprocess.run([sys.executable, "-c", code, str(ROOT / ".collections"), name, str(payload), str(rounds),
+                                str(base)], env=_env(), check=True, capture_output=True, text=True)
+        imports = []
+        for _ in range(rounds):
+            run = subprocess.run([sys.executable, "-X", "importtime", str(payload)], env=_env(), check=False,
+                                 capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            lines = [_IMPORT_LINE.search(line) for line in run.stderr.splitlines()]
+            # Top-level imports of the collection's code (nested ones are inside their parent's cumulative time).
+            imports.append(sum(int(m.group(1)) for m in lines if m and m.group(2).startswith("ansible_collections."))
+                           / 1e6)
+        figures[name] = (payload.stat().st_size / 1024, json.loads(built.stdout), min(imports))
+    return figures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="alternating measurements of each side")
     parser.add_argument("--top", type=int, default=25, help="how many tasks of the breakdown to print (0: all)")
     parser.add_argument("--times", type=Path, help="also keep the last run's per-task times (JSON) here")
     parser.add_argument("--floor-tasks", type=int, default=10, help="tasks per floor playbook (0: no floor)")
+    parser.add_argument("--no-modules", action="store_true", help="skip the node modules' payload and import figures")
     args = parser.parse_args()
     direct_times, gate_times, floors = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,6 +147,7 @@ def main():
             if args.floor_tasks > 0:
                 floors.append(floor(tmp, args.floor_tasks))
         tasks = json.loads((Path(tmp) / "times.json").read_text())
+        modules = {} if args.no_modules else node_modules(tmp)
         if args.times:
             args.times.write_text(json.dumps(tasks, indent=1) + "\n")
     direct, full = min(direct_times), min(gate_times)
@@ -109,6 +163,12 @@ def main():
         skips = sum(row.get("skipped", 0) for row in tasks)
         print(f"  the gate's last run: {sum(row['count'] for row in tasks) - skips} task starts ran on some host, "
               f"{skips} were skipped on every host (about {skips * per['skipped']:.2f} s at the floor)")
+    if modules:
+        print("node modules (first call of a run builds the payload on the controller; every call imports the "
+              "collection's code on the node, from source):")
+        for name, (kib, build, imports) in modules.items():
+            print(f"  {name:42} payload {kib:4.0f} KiB, build {build:.2f} s, imports of ansible_collections.* "
+                  f"{imports * 1000:3.0f} ms")
     total = sum(row["seconds"] for row in tasks)
     runs = sum(row["count"] for row in tasks)
     shown = tasks[:args.top] if args.top > 0 else tasks

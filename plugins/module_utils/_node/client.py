@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib.util
 import json
 import math
 import os
@@ -27,20 +28,17 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from ansible_collections.orbite.qualification.plugins.module_utils._common import errors as _errors_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._common import files as _files_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
-from ansible_collections.orbite.qualification.plugins.module_utils._common import names as _names_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._common import numbers as _numbers_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
-from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon as _daemon_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import identity as _identity_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import journal as _journal_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import pinned as _pinned_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node import tree as _tree_mod
-from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon import (
+from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
+    LockInputError,
+    ensure_private_dir,
+    probe_path,
+    validate_rnic_name,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node.protocol import (
     CONFIG_NAME,
     JOURNAL_NAME,
     LEASE_NAME,
@@ -54,29 +52,32 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.daemon 
     START_LOCK_NAME,
     RequestError,
     check_config,
-    end_hung_supervisor,
-    lease_overdue,
     signal_number,
     socket_address,
-    supervisor_answers,
     validate_launch_request,
 )
-from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import IdentityError, read_identity
-from ansible_collections.orbite.qualification.plugins.module_utils._node.journal import last_event
-from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
-    LockInputError,
-    ensure_private_dir,
-    probe_path,
-    validate_rnic_name,
-)
-from ansible_collections.orbite.qualification.plugins.module_utils._node.tree import pid_alive, proc_start_time
 
 LIB_DIR = "lib"
-# The supervisor program outlives the module's temporary directory, so these modules (and their
-# packages) are copied next to it; keep the tuple in step with what daemon.py imports, directly or
-# not (tests/unit/plugins/module_utils/_node/test_supervisor.py checks it).
-_PROGRAM_MODULES = (_errors_mod, _files_mod, _names_mod, _numbers_mod, _identity_mod, _lock_mod, _journal_mod,
-                    _pinned_mod, _tree_mod, _daemon_mod)
+
+
+def _program():
+    """The supervisor program (daemon.py), imported only where a hung supervisor is ended: a module that only talks
+    to a running supervisor (runner, fetch_receipts), and a start, which copies the program without running it,
+    never compile it (protocol.py). This import also puts the program into every payload that carries client.py."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._node import daemon  # noqa: PLC0415
+
+    return daemon
+
+
+_MODULE_UTILS = "ansible_collections.orbite.qualification.plugins.module_utils"
+# The supervisor program outlives the module's temporary directory, so these modules (and their packages) are
+# copied next to it: daemon.py and every module it imports, directly or not
+# (tests/unit/plugins/module_utils/_node/test_supervisor_hardening.py and test_module_imports.py check it).
+PROGRAM_MODULES = tuple(f"{_MODULE_UTILS}.{name}" for name in (
+    "_common.errors", "_common.files", "_common.names", "_common.numbers", "_node.identity", "_node.locks",
+    "_node.journal", "_node.pinned", "_node.protocol", "_node.tree", "_node.daemon"))
+
+
 _START_MARGIN_S = 15.0
 STOP_EXIT_WAIT_S = 10.0  # how long stop() waits for an answered supervisor to exit
 # The supervisor's own environment: nothing of the module's (no LD_*, no PYTHON*).
@@ -389,6 +390,11 @@ class SupervisorClient:
         if record is None:
             raise SupervisorError(f"supervisor in {self.run_dir} does not answer and has no readable "
                                   f"{LEASE_NAME}: it cannot be identified, so it is not killed")
+        from ansible_collections.orbite.qualification.plugins.module_utils._node.journal import (  # noqa: PLC0415
+            last_event,
+        )
+
+        end_hung_supervisor = _program().end_hung_supervisor
         outcome = end_hung_supervisor(dict(record, run_dir=self.run_dir), reason, self.journal_path,
                                       by=f"stop (pid {os.getpid()})", signals=(signal.SIGTERM, signal.SIGKILL),
                                       term_wait=term_grace)
@@ -448,11 +454,15 @@ def stop_failure(exc: SupervisorError) -> Dict:
     return details
 
 
-def _module_source(mod) -> str:
-    loader = getattr(mod, "__loader__", None)
-    src = loader.get_source(mod.__name__) if loader is not None and hasattr(loader, "get_source") else None
+def _module_source(name: str) -> str:
+    """A program module's source, read where this module was loaded from (the AnsiballZ payload, or files), without
+    importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise SupervisorError(f"the supervisor program's module {name} is not where {__name__} was loaded from")
+    src = spec.loader.get_source(name) if hasattr(spec.loader, "get_source") else None
     if src is None:  # plain file fallback
-        with open(mod.__file__, encoding="utf-8") as handle:
+        with open(spec.origin, encoding="utf-8") as handle:
             src = handle.read()
     return src
 
@@ -468,15 +478,15 @@ def install_program(run_dir: str) -> str:
     lib = os.path.join(run_dir, LIB_DIR)
     os.makedirs(lib, mode=0o700, exist_ok=True)
     os.chmod(lib, 0o700)
-    for mod in _PROGRAM_MODULES:
-        parts = mod.__name__.split(".")
+    for name in PROGRAM_MODULES:
+        parts = name.split(".")
         for depth in range(1, len(parts)):
             package_dir = os.path.join(lib, *parts[:depth])
             os.makedirs(package_dir, mode=0o700, exist_ok=True)
             init = os.path.join(package_dir, "__init__.py")
             if not os.path.exists(init):
                 _write_private(init, "")
-        _write_private(os.path.join(lib, *parts[:-1], parts[-1] + ".py"), _module_source(mod))
+        _write_private(os.path.join(lib, *parts[:-1], parts[-1] + ".py"), _module_source(name))
     main = os.path.join(lib, PROGRAM_NAME)
     _write_private(
         main,
@@ -589,6 +599,12 @@ def _check_running(client: SupervisorClient, root: str) -> None:
     hung one whose lease ran out (plus grace); refuse to start over one whose lease still runs."""
     if not client.alive():
         return
+    from ansible_collections.orbite.qualification.plugins.module_utils._node.identity import (  # noqa: PLC0415
+        IdentityError,
+        read_identity,
+    )
+
+    daemon = _program()
     record = client.lease()
     try:
         boot_id = read_identity(root)["boot_id"]
@@ -596,7 +612,7 @@ def _check_running(client: SupervisorClient, root: str) -> None:
         boot_id = None
     # A supervisor ends itself when its lease runs out; one that still holds the run directory a
     # grace period later is hung, whether it would answer or not.
-    if lease_overdue(record, boot_id) is None:
+    if daemon.lease_overdue(record, boot_id) is None:
         try:
             status = client.status(timeout=STATUS_TIMEOUT_S)
         except SupervisorSocketError:
@@ -610,17 +626,18 @@ def _check_running(client: SupervisorClient, root: str) -> None:
             )
         left = ""
         if record is not None and isinstance(record.get("lease_expires"), (int, float)):
-            left = f"; its lease ends in {max(0.0, record['lease_expires'] - _daemon_mod.boottime()):.0f} s"
+            left = f"; its lease ends in {max(0.0, record['lease_expires'] - daemon.boottime()):.0f} s"
         raise SupervisorStartError(f"a supervisor holds {client.run_dir} but does not answer{left}; it is killed "
                                    "once its lease has run out", "unresponsive", {"lease": record})
-    if supervisor_answers(client.run_dir):  # serving after all: its lease record is stale, it is not hung
+    if daemon.supervisor_answers(client.run_dir):  # serving after all: its lease record is stale, it is not hung
         status = client.status(timeout=STATUS_TIMEOUT_S)
         raise SupervisorAlreadyRunning(
             f"a supervisor (pid {status.get('pid')}, run {status.get('run_id')}) already runs in {client.run_dir}",
             status,
         )
-    outcome = end_hung_supervisor(dict(record, run_dir=client.run_dir), "lease expired; a new start took over",
-                                  client.journal_path, by=f"start (pid {os.getpid()})")
+    outcome = daemon.end_hung_supervisor(dict(record, run_dir=client.run_dir),
+                                         "lease expired; a new start took over", client.journal_path,
+                                         by=f"start (pid {os.getpid()})")
     if client.alive():
         raise SupervisorStartError(f"the hung supervisor of {client.run_dir} could not be ended "
                                    f"({outcome['why_not'] or 'still alive'})", "unresponsive", {"lease": record})
@@ -754,7 +771,5 @@ __all__ = (
     "check_start_args",
     "default_lock_dir",
     "default_run_dir",
-    "pid_alive",
-    "proc_start_time",
     "start_supervisor",
 )
