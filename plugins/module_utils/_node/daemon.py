@@ -973,13 +973,18 @@ class Supervisor:
     def _release_locks(self) -> None:
         for lock in reversed(self.locks):
             if lock.held:
+                # Stamped while still held: the next holder's lock_acquire, stamped once it holds the lock, is
+                # then always later, so journals of two supervisors show their hold intervals in true order.
+                held_until = time.time()
                 try:
                     record = lock.release()
                 except OSError as exc:  # the kernel still drops the flock when we exit
-                    self.journal.note("lock_release", rnic=lock.rnic, path=lock.path, ok=False, error=str(exc))
+                    self.journal.note("lock_release", at=held_until, rnic=lock.rnic, path=lock.path, ok=False,
+                                      error=str(exc))
                     continue
                 self.released.append({"rnic": lock.rnic, "path": lock.path})
-                self.journal.note("lock_release", rnic=lock.rnic, path=lock.path, ok=True, owner=record)
+                self.journal.note("lock_release", at=held_until, rnic=lock.rnic, path=lock.path, ok=True,
+                                  owner=record)
 
     def _shutdown(self, reason: str, force: bool) -> Dict:
         """Kill (if forced), release, close: every step runs even when the journal cannot be written."""

@@ -80,11 +80,12 @@ class Journal:
     def open(self) -> bool:
         return self.fd >= 0
 
-    def event(self, ev: str, **fields) -> Dict:
-        """Write one event; raise JournalError (nothing written) when it cannot be written whole."""
+    def event(self, ev: str, at: Optional[float] = None, **fields) -> Dict:
+        """Write one event, stamped ``at`` (time.time(); default now); raise JournalError (nothing written) when
+        it cannot be written whole."""
         if self.fd < 0:
             raise JournalError(f"journal {self.path} is closed")
-        now = time.time()
+        now = time.time() if at is None else at
         rec = {"seq": self.seq, "ev": ev, "t": round(now, 6), "time": iso_time(now)}
         rec.update(fields)
         try:

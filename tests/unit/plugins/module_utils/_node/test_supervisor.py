@@ -4,11 +4,13 @@ Each test breaks one rule of supervisor_daemon.py / supervisor_client.py and see
 failure; the comment on each test names the code it guards.
 """
 
+import calendar
 import hashlib
 import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -189,6 +191,37 @@ def test_wait_returns_exit_code_or_times_out(node):
     pending = client.wait(slow["child_id"], timeout=0.3)
     assert pending["timed_out"] is True and pending["running"] is True and time.monotonic() - t0 >= 0.3
     client.stop(force=True)
+
+
+def test_a_locks_release_is_stamped_while_it_is_still_held(node):
+    # Guards _release_locks' held_until: journals of two supervisors on one host are compared by time (a fleet's
+    # pairs sharing a host: disjoint lock intervals), so lock_release must be stamped before the flock is dropped,
+    # no later than the released record the lock file gets while still held; the next holder's lock_acquire,
+    # stamped once it holds the lock, is then always later (seen with a second supervisor waiting for the lock).
+    ready, client = node.start(locks=["mlx5_0"])
+    waiting = {}
+
+    def second():
+        waiting["ready"], waiting["client"] = node.start("run-2", locks=["mlx5_0"], lock_timeout=20)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    second_journal = os.path.join(node.run_dir("run-2"), "journal.jsonl")
+    deadline = time.monotonic() + 20
+    while not (os.path.exists(second_journal) and events(second_journal, "supervisor_start")):
+        assert time.monotonic() < deadline and thread.is_alive(), "the second supervisor never came to the locks"
+        time.sleep(0.01)
+    time.sleep(0.2)  # it reads the identity and asks for the lock right after, and waits (waited_s below)
+    client.stop()
+    thread.join(30)
+    (release,) = events(client.journal_path, "lock_release")
+    released_at = calendar.timegm(time.strptime(release["owner"]["released_at"][:19], "%Y-%m-%dT%H:%M:%S")) + float(
+        "0." + release["owner"]["released_at"][20:26])
+    assert release["t"] <= released_at, (release["t"], release["owner"]["released_at"])
+    (acquire,) = events(waiting["client"].journal_path, "lock_acquire")
+    assert acquire["waited_s"] > 0 and release["t"] < acquire["t"], (release["t"], acquire["t"])
+    waiting["client"].stop()
+    wait_dead(ready["pid"])
 
 
 def test_stop_refuses_running_children_unless_forced(node):
