@@ -1107,6 +1107,35 @@ static void local_part(uint64_t len, uint32_t seed, uint64_t *prefix, uint64_t *
 	*dirty = not_byte(C.buf, k, LBUF_LEN - k, SENT_C);
 }
 
+/* The landed prefix of a READ into C.buf whose first len bytes were filled by
+ * fill_unlike: each unlanded byte is the complement of the pattern, so a
+ * byte of the next chunk never matches by chance (a constant sentinel does,
+ * wherever the pattern takes its value).  dirty: the bytes past the prefix
+ * that are neither the complement (before len) nor the sentinel (after). */
+static uint8_t unlike(uint32_t seed, uint64_t k)
+{
+	return (uint8_t)(pattern(seed, k) ^ 0xFFu);
+}
+
+static void fill_unlike(uint64_t len, uint32_t seed)
+{
+	for (uint64_t k = 0; k < len; k++)
+		C.buf[k] = unlike(seed, k);
+	memset(C.buf + len, SENT_C, LBUF_LEN - len);
+}
+
+static void unlike_part(uint64_t len, uint32_t seed, uint64_t *prefix, uint64_t *dirty)
+{
+	uint64_t k = 0, changed = 0;
+
+	while (k < len && C.buf[k] == pattern(seed, k))
+		k++;
+	*prefix = k;
+	for (; k < len; k++)
+		changed += C.buf[k] != unlike(seed, k);
+	*dirty = changed + not_byte(C.buf, len, LBUF_LEN - len, SENT_C);
+}
+
 static void partial_read(struct pair *p, uint64_t len, uint64_t stall, int mode)
 {
 	long long stalls = orbite_provider_counter("stalls");
@@ -1114,7 +1143,7 @@ static void partial_read(struct pair *p, uint64_t len, uint64_t stall, int mode)
 	struct ibv_wc wc;
 
 	call(C_FILL, 0, 0, len, 51);
-	memset(C.buf, SENT_C, LBUF_LEN);
+	fill_unlike(len, 51);
 	if (mode == 0)
 		CHECK(orbite_provider_qp_stall(p->qp, stall, 20000) == 0);
 	CHECK(post_rdma(p->qp, IBV_WR_RDMA_READ, 61, C.buf, (uint32_t)len, C.mr->lkey, C.raddr, C.rkey,
@@ -1125,7 +1154,7 @@ static void partial_read(struct pair *p, uint64_t len, uint64_t stall, int mode)
 		wait_stalled(stalls);
 	to_err(p->qp);
 	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 61);
-	local_part(len, 51, &prefix, &dirty);
+	unlike_part(len, 51, &prefix, &dirty);
 	out("{\"op\":\"partial\",\"opcode\":\"RDMA_READ\",\"mode\":%d,\"len\":%llu,\"stall\":%llu,"
 	    "\"status\":%d,\"landed\":%llu,\"dirty\":%llu}",
 	    mode, (unsigned long long)len, (unsigned long long)stall, wc.status,
