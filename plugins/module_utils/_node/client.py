@@ -17,7 +17,6 @@ import errno
 import fcntl
 import importlib.util
 import json
-import math
 import os
 import select
 import signal
@@ -45,6 +44,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     LEASE_SCHEMA,
     LOG_NAME,
     MAX_LEASE_S,
+    MAX_LOCK_TIMEOUT_S,
     PID_NAME,
     PROGRAM_NAME,
     RUN_LOCK_NAME,
@@ -52,6 +52,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     START_LOCK_NAME,
     RequestError,
     check_config,
+    number_in_range,
     signal_number,
     socket_address,
     validate_launch_request,
@@ -149,7 +150,7 @@ def _number(field: str, value, low: float, high: float, low_open: bool = False) 
         num = float(value)  # AWX survey answers arrive as strings
     except (TypeError, ValueError, OverflowError):
         num = None
-    if isinstance(value, bool) or num is None or math.isnan(num) or not low <= num <= high or (low_open and num == low):
+    if isinstance(value, bool) or not number_in_range(num, low, high, low_open):
         bracket = "(" if low_open else "["
         raise SupervisorInputError(
             f"{field} {quote(value)}: must be a number of seconds in {bracket}{low:g}, {high:g}]")
@@ -544,7 +545,7 @@ def check_start_args(run_id, locks, lease, lock_timeout) -> Dict:
         raise SupervisorInputError(f"locks {quote(locks)}: must not name an RNIC twice")
     return {
         "lease": _number("lease", lease, 0, MAX_LEASE_S, low_open=True),
-        "lock_timeout": _number("lock_timeout", lock_timeout, 0, 3600),
+        "lock_timeout": _number("lock_timeout", lock_timeout, 0, MAX_LOCK_TIMEOUT_S),
     }
 
 

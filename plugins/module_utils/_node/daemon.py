@@ -71,8 +71,8 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     RUN_LOCK_NAME,
     SOCKET_NAME,
     RequestError,
-    _number_ok,
     check_config,
+    number_in_range,
     signal_name,
     signal_number,
     socket_address,
@@ -670,7 +670,7 @@ class Supervisor:
 
     def op_renew(self, _conn, req) -> Dict:
         lease = req.get("lease", self.lease)
-        if not _number_ok(lease, 0, MAX_LEASE_S, low_open=True):
+        if not number_in_range(lease, 0, MAX_LEASE_S, low_open=True):
             raise RequestError("bad_request",
                                f"lease {quote(lease)}: must be a number of seconds in (0, {MAX_LEASE_S}]")
         self.journal.event("lease_renew", lease_s=float(lease))  # a renewal that cannot be journaled is not made
@@ -786,7 +786,7 @@ class Supervisor:
     @staticmethod
     def _timeout(req: Dict, default: float) -> float:
         val = req.get("timeout", default)
-        if not _number_ok(val, 0, 86400):
+        if not number_in_range(val, 0, 86400):
             raise RequestError("bad_request", f"timeout {quote(val)}: must be a number of seconds in [0, 86400]")
         return float(val)
 

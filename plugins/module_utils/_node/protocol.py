@@ -46,6 +46,7 @@ ENV_ALLOWED = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER
 ENV_ALLOWED_PREFIXES = ("ORBITE_", "LC_")
 MAX_REQUEST_BYTES = 1 << 20
 MAX_LEASE_S = 7 * 24 * 3600
+MAX_LOCK_TIMEOUT_S = 3600
 MAX_ARGV = 4096
 MAX_PINS = 64
 MAX_LOCKS = 64
@@ -238,7 +239,9 @@ def socket_address(path: str):
         os.close(dfd)
 
 
-def _number_ok(value, low: float, high: float, low_open: bool = False) -> bool:
+def number_in_range(value, low: float, high: float, low_open: bool = False) -> bool:
+    """Whether ``value`` is a number (not a bool, not NaN) in [low, high], or (low, high] with ``low_open``: the one
+    range rule of the client's arguments (after their conversion) and the supervisor's configuration and requests."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return False
     return (low < value if low_open else low <= value) and value <= high
@@ -266,10 +269,11 @@ def check_config(cfg) -> Optional[str]:
         value = cfg.get(field)
         if not isinstance(value, str) or not value.startswith("/") or "\0" in value or len(value) > 4096:
             return f"{field} {quote(value)}: must be an absolute path"
-    if not _number_ok(cfg.get("lease"), 0, MAX_LEASE_S, low_open=True):
+    if not number_in_range(cfg.get("lease"), 0, MAX_LEASE_S, low_open=True):
         return f"lease {quote(cfg.get('lease'))}: must be a number of seconds in (0, {MAX_LEASE_S}]"
-    if not _number_ok(cfg.get("lock_timeout"), 0, 3600):
-        return f"lock_timeout {quote(cfg.get('lock_timeout'))}: must be a number of seconds in [0, 3600]"
+    if not number_in_range(cfg.get("lock_timeout"), 0, MAX_LOCK_TIMEOUT_S):
+        return (f"lock_timeout {quote(cfg.get('lock_timeout'))}: must be a number of seconds in "
+                f"[0, {MAX_LOCK_TIMEOUT_S}]")
     hostname = cfg.get("hostname")
     if hostname is not None and not names.is_hostname(hostname):
         return f"hostname {quote(hostname)}: must be {names.HOSTNAME_RULE}"
