@@ -6,6 +6,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
+from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import MODE as RELAY_MODE
 
 
 def case_entry(triple):
@@ -41,10 +42,6 @@ def pinned_observer(item, manifest):
     """{key: tool, value: node path} + manifest -> {"path": node path, "sha256": the manifest's pin}."""
     entry = (manifest.get("observers") or {}).get(item["key"]) or {}
     return {"path": item["value"], "sha256": entry.get("sha256")}
-
-
-# The mode whose control relay (plugins/module_utils/_run/relay.py) has defect switches of its own.
-RELAY_MODE = "installed-interruption"
 
 
 def case_switch_problems(cases, table, runner_kind):

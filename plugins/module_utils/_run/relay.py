@@ -33,6 +33,8 @@ JOURNAL_NAME = "relay.jsonl"
 READY_NAME = "relay-ready.json"
 CONTROL_NAME = "control.sock"
 CONFIG_FIELDS = ("listen", "upstream", "state_dir", "hold_after_round", "lease_s", "defects", "run_id", "watch")
+# The one mode the relay serves (docs/interruption.md), and its own defect switches (red checks).
+MODE = "installed-interruption"
 DEFECTS = ("leak_grant",)
 HELD_KIND = "ROUND_READY"
 FRAME_MAX = 48 << 20
