@@ -3,9 +3,11 @@ invocations run directly (no Ansible, no supervisor), side by side in one run; p
 Ansible's own floor on this machine (what a playbook start, a module call and a skipped task cost on
 the lab's two hosts), where the overhead goes (per-task wall time from bench/callback_plugins/task_times.py)
 and what each node module costs on top of Ansible's own (its AnsiballZ payload, built once per run on the
-controller, and the collection code every call of it imports on the node).
+controller, and the collection code every call of it imports on the node). The same gate with its node steps
+run as AnsiballZ modules (``orbite_node_steps=module``) runs beside it in each round, and one lean node step's
+call against the same module's AnsiballZ call (docs/node-steps.md).
 
-    .venv/bin/python bench/bench_gate.py [--rounds N] [--floor-tasks N] [--no-modules]
+    .venv/bin/python bench/bench_gate.py [--rounds N] [--floor-tasks N] [--no-modules] [--no-module-steps]
 """
 
 import argparse
@@ -31,7 +33,7 @@ def _env(**extra):
                 PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra)
 
 
-def gate(base, times_path):
+def gate(base, times_path, extra=()):
     env = _env(ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "bench" / "callback_plugins"),
                ANSIBLE_CALLBACKS_ENABLED="task_times")
     timed_env = dict(env, ORBITE_TASK_TIMES=str(times_path))
@@ -41,8 +43,8 @@ def gate(base, times_path):
                    capture_output=True)
     started = time.monotonic()
     result = subprocess.run(["ansible-playbook", "-i", "inventories/sim", "playbooks/rail_accounting.yml", *common,
-                             "-e", f"orbite_output_dir={base}/runs"], cwd=ROOT, env=timed_env, capture_output=True,
-                            text=True, check=False)
+                             "-e", f"orbite_output_dir={base}/runs", *extra], cwd=ROOT, env=timed_env,
+                            capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - started
     subprocess.run(["ansible-playbook", "playbooks/sim_lab.yml", *common, "-e", "sim_lab_state=absent"], cwd=ROOT,
                    env=env, check=False, capture_output=True)
@@ -81,38 +83,43 @@ NODE_MODULES = ("ansible.builtin.ping", "orbite.qualification.node_supervisor", 
 _IMPORT_LINE = re.compile(r"import time:\s+\d+ \|\s+(\d+) \| (\S+)$")
 
 
+# Builds a module's AnsiballZ payload as its first call in a run does: python -c BUILD collections name out rounds
+# tmp [module_args as JSON]; prints the best build time.
+BUILD = (
+    "import json, sys, tempfile\n"
+    "from ansible import constants as C\n"
+    "from ansible.executor import module_common\n"
+    "from ansible.plugins.loader import init_plugin_loader, module_loader\n"
+    "from ansible.template import Templar\n"
+    "init_plugin_loader([sys.argv[1]])\n"
+    "import time\n"
+    "name, out, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
+    "module_args = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}\n"
+    "path = module_loader.find_plugin_with_context(name).plugin_resolved_path\n"
+    "best = None\n"
+    "for _ in range(rounds):\n"
+    "    C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(dir=sys.argv[5])\n"
+    "    started = time.perf_counter()\n"
+    "    built = module_common.modify_module(module_name=name, module_path=path, module_args=module_args,\n"
+    "        templar=Templar(loader=None), task_vars={'ansible_python_interpreter': sys.executable},\n"
+    "        module_compression='ZIP_DEFLATED')\n"
+    "    best = min(best or 1e9, time.perf_counter() - started)\n"
+    "open(out, 'wb').write(built.b_module_data)\n"
+    "print(json.dumps(best))\n"
+)
+
+
 def node_modules(base, rounds=3):
     """{module: (payload KiB, build s, import s)}: the AnsiballZ payload a module's first call in a run builds on the
     controller (a cold cache each time; best of ``rounds``), and the time a call of it spends importing
     ansible_collections.* on the node (``python -X importtime`` of that payload run with no arguments: it imports
     everything, then refuses; best of ``rounds``). A module that imports code it never needs pays it in every call:
     AnsiballZ ships sources, so each call compiles each module again."""
-    code = (
-        "import json, sys, tempfile\n"
-        "from ansible import constants as C\n"
-        "from ansible.executor import module_common\n"
-        "from ansible.plugins.loader import init_plugin_loader, module_loader\n"
-        "from ansible.template import Templar\n"
-        "init_plugin_loader([sys.argv[1]])\n"
-        "import time\n"
-        "name, out, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
-        "path = module_loader.find_plugin_with_context(name).plugin_resolved_path\n"
-        "best = None\n"
-        "for _ in range(rounds):\n"
-        "    C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(dir=sys.argv[5])\n"
-        "    started = time.perf_counter()\n"
-        "    built = module_common.modify_module(module_name=name, module_path=path, module_args={},\n"
-        "        templar=Templar(loader=None), task_vars={'ansible_python_interpreter': sys.executable},\n"
-        "        module_compression='ZIP_DEFLATED')\n"
-        "    best = min(best or 1e9, time.perf_counter() - started)\n"
-        "open(out, 'wb').write(built.b_module_data)\n"
-        "print(json.dumps(best))\n"
-    )
     figures = {}
     for name in NODE_MODULES:
         payload = Path(base) / f"AnsiballZ_{name.rsplit('.', 1)[1]}.py"
-        built = subprocess.run([sys.executable, "-c", code, str(ROOT / ".collections"), name, str(payload), str(rounds),
-                                str(base)], env=_env(), check=True, capture_output=True, text=True)
+        built = subprocess.run([sys.executable, "-c", BUILD, str(ROOT / ".collections"), name, str(payload),
+                                str(rounds), str(base)], env=_env(), check=True, capture_output=True, text=True)
         imports = []
         for _ in range(rounds):
             run = subprocess.run([sys.executable, "-X", "importtime", str(payload)], env=_env(), check=False,
@@ -125,6 +132,43 @@ def node_modules(base, rounds=3):
     return figures
 
 
+def node_step_call(base, rounds=5):
+    """(lean s, AnsiballZ s, lean payload KiB, its build s): one node_supervisor status call on the node, as the lean
+    step makes it (plugin_utils/_node_step.py) and as the module's AnsiballZ payload runs it; best of ``rounds``."""
+    code = (
+        "import json, subprocess, sys, time\n"
+        "from ansible_collections.orbite.qualification.plugins.plugin_utils import _node_step\n"
+        "started = time.perf_counter()\n"
+        "_node_step.build_payload([_node_step.ENTRY] + [f'{_node_step._MODULE_UTILS}._node_steps.{j}'\n"
+        "                          for j in _node_step.JOBS])\n"
+        "build = time.perf_counter() - started\n"
+        "params = {'state': 'status', 'run_id': 'bench', 'root': sys.argv[1], 'run_dir': None, 'lock_dir': None,\n"
+        "          'hostname': None, 'boot_id': None, 'controller': 'bench', 'lease': 600.0, 'lock_timeout': 30.0,\n"
+        "          'force': False, 'stop_timeout': 30.0, 'locks': None}\n"
+        "request = json.dumps({'job': 'node_supervisor', 'params': params, 'check_mode': False}).encode()\n"
+        "lean, module = [], []\n"
+        "for _ in range(int(sys.argv[3])):\n"
+        "    started = time.perf_counter()\n"
+        "    subprocess.run([sys.executable, '-I', '-c', _node_step.BOOTSTRAP], check=True, capture_output=True,\n"
+        "                   input=request + b'\\n' + _node_step.PAYLOAD)\n"
+        "    lean.append(time.perf_counter() - started)\n"
+        "    started = time.perf_counter()\n"
+        "    subprocess.run([sys.executable, sys.argv[2]], check=True, capture_output=True)\n"
+        "    module.append(time.perf_counter() - started)\n"
+        "print(json.dumps([min(lean), min(module), len(_node_step.PAYLOAD) / 1024, build]))\n"
+    )
+    root = Path(base) / "step-root"
+    (root / "proc" / "sys" / "kernel" / "random").mkdir(parents=True, exist_ok=True)
+    payload = Path(base) / "AnsiballZ_node_supervisor_status.py"
+    status = json.dumps({"state": "status", "run_id": "bench", "root": str(root)})
+    subprocess.run([sys.executable, "-c", BUILD, str(ROOT / ".collections"), "orbite.qualification.node_supervisor",
+                    str(payload), "1", str(base), status], env=_env(), check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", code, str(root), str(payload), str(rounds)],
+                          env=_env(PYTHONPATH=str(ROOT / ".collections")), check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="alternating measurements of each side")
@@ -132,8 +176,10 @@ def main():
     parser.add_argument("--times", type=Path, help="also keep the last run's per-task times (JSON) here")
     parser.add_argument("--floor-tasks", type=int, default=10, help="tasks per floor playbook (0: no floor)")
     parser.add_argument("--no-modules", action="store_true", help="skip the node modules' payload and import figures")
+    parser.add_argument("--no-module-steps", action="store_true",
+                        help="skip the gate with its node steps run as AnsiballZ modules (orbite_node_steps=module)")
     args = parser.parse_args()
-    direct_times, gate_times, floors = [], [], []
+    direct_times, gate_times, module_step_times, floors = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         sim_harness.make_hosts()  # build the fake hosts outside the timed part
         for index in range(args.rounds):
@@ -143,17 +189,25 @@ def main():
                 result = sim_harness.run_pair(f"{tmp}/direct{index}/{case_id}", dict(RAIL_ACCOUNTING, **changes))
                 assert result["rc"] == {"source": 0, "requester": 0}, result["stderr"]
             direct_times.append(time.monotonic() - started)
+            if not args.no_module_steps:
+                module_step_times.append(gate(f"{tmp}/modsteps{index}", Path(tmp) / "times-module-steps.json",
+                                              ["-e", "orbite_node_steps=module"]))
             gate_times.append(gate(f"{tmp}/gate{index}", Path(tmp) / "times.json"))
             if args.floor_tasks > 0:
                 floors.append(floor(tmp, args.floor_tasks))
         tasks = json.loads((Path(tmp) / "times.json").read_text())
         modules = {} if args.no_modules else node_modules(tmp)
+        step_call = None if args.no_modules else node_step_call(tmp)
         if args.times:
             args.times.write_text(json.dumps(tasks, indent=1) + "\n")
     direct, full = min(direct_times), min(gate_times)
     print(f"direct runner invocations (2 cases): {direct:.2f} s   (best of {args.rounds})")
     print(f"rail_accounting.yml to verdict:      {full:.2f} s   (best of {args.rounds})")
     print(f"ratio gate / direct:                 {full / direct:.2f}x   (goal <= 3x)")
+    if module_step_times:
+        slow = min(module_step_times)
+        print(f"the same gate, node steps as AnsiballZ modules (orbite_node_steps=module): {slow:.2f} s, "
+              f"{slow / direct:.2f}x; the lean node steps save {slow - full:.2f} s (best of {args.rounds}, alternated)")
     if floors:
         best = {kind: min(f[kind] for f in floors) for kind in FLOOR_TASKS}
         per = {kind: (best[kind] - best["start"]) / args.floor_tasks for kind in FLOOR_TASKS if kind != "start"}
@@ -169,6 +223,11 @@ def main():
         for name, (kib, build, imports) in modules.items():
             print(f"  {name:42} payload {kib:4.0f} KiB, build {build:.2f} s, imports of ansible_collections.* "
                   f"{imports * 1000:3.0f} ms")
+    if step_call:
+        lean, module, kib, build = step_call
+        print(f"one node step on the node (node_supervisor status, best of 5): lean {lean * 1000:.0f} ms (payload "
+              f"{kib:.0f} KiB, built once per playbook in {build * 1000:.0f} ms) against its AnsiballZ module "
+              f"{module * 1000:.0f} ms ({module / lean:.1f}x)")
     total = sum(row["seconds"] for row in tasks)
     runs = sum(row["count"] for row in tasks)
     shown = tasks[:args.top] if args.top > 0 else tasks

@@ -3,27 +3,28 @@
 """Action plugin for orbite.qualification.deploy_artifacts: the files' bytes travel with the module call.
 
 Each ``files[].src`` is read here, on the controller (a regular file, at most 64 MiB), and handed to the
-module as base64 (``content``, never logged), so every file of the run's deployment costs one module call
-on the node instead of a stat, a transfer and a copy per file, and a hash per file after.
+module as base64 (``content``, never logged), so every file of the run's deployment costs one node step
+(plugin_utils/_node_step.py) instead of a stat, a transfer and a copy per file, and a hash per file after.
 """
 
 from __future__ import annotations
 
 import base64
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
+from ansible_collections.orbite.qualification.plugins.module_utils._node_steps import deploy_artifacts as job
+from ansible_collections.orbite.qualification.plugins.plugin_utils._node_step import NodeStepAction
 
 LIMIT = 64 << 20
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
+class ActionModule(NodeStepAction):
+    JOB = job
 
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+        result = super(NodeStepAction, self).run(tmp, task_vars)  # ActionBase's checks; the step is below
         del tmp  # not used since Ansible 2.5
         files = self._task.args.get("files")
         if not isinstance(files, list):
@@ -40,7 +41,4 @@ class ActionModule(ActionBase):
                 return result
             sent.append(dict(item, content=base64.b64encode(data).decode("ascii")))
         args = dict(self._task.args, files=sent)
-        result = merge_hash(result, self._execute_module(module_name="orbite.qualification.deploy_artifacts",
-                                                         module_args=args, task_vars=task_vars))
-        self._remove_tmp_path(self._connection._shell.tmpdir)
-        return result
+        return merge_hash(result, self.run_step(task_vars, args))

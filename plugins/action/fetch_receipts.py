@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""Action plugin for orbite.qualification.fetch_receipts: pack on the node, one fetch, unpack here.
+"""Action plugin for orbite.qualification.fetch_receipts: pack on the node (a lean node step), one fetch, unpack here.
 
 The module packs the node's receipts into one tar and lists each member's size and sha256; this
 fetches that one file over the task's connection, writes the members into ``dest`` on the controller
@@ -17,24 +17,24 @@ import shlex
 import shutil
 import tempfile
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
+from ansible_collections.orbite.qualification.plugins.module_utils._node_steps import fetch_receipts as job
 from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts import unpack
+from ansible_collections.orbite.qualification.plugins.plugin_utils._node_step import NodeStepAction
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
+class ActionModule(NodeStepAction):
+    JOB = job
 
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+        result = super(NodeStepAction, self).run(tmp, task_vars)  # ActionBase's checks; the step is below
         del tmp  # not used since Ansible 2.5
         dest = self._task.args.get("dest")
         if not isinstance(dest, str) or not os.path.isabs(dest):
             result.update(failed=True, code="receipts.invalid",
                           msg=f"dest={dest!r}: must be an absolute path on the controller")
             return result
-        packed = self._execute_module(module_name="orbite.qualification.fetch_receipts", task_vars=task_vars)
-        self._remove_tmp_path(self._connection._shell.tmpdir)
+        packed = self.run_step(task_vars)
         result = merge_hash(result, packed)
         archive = packed.get("archive")
         if self._task.check_mode or not archive:

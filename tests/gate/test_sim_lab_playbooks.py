@@ -176,9 +176,15 @@ def _fleet_over_ssh(repo_root, env, lab, tmp_path, identities):
     runs = tmp_path / "runs"
     extra = {"orbite_output_dir": str(runs), "orbite_profile_file": str(profile), "orbite_fleet_id": "ns-fleet",
              "orbite_fleet_pairing": "list", "orbite_fleet_pairs": FLEET_PAIRS}
-    result = _run([str(BIN / "ansible-playbook"), "-i", str(lab / "inventory.yml"), str(repo_root / "playbooks"
+    result = _run([str(BIN / "ansible-playbook"), "-vv", "-i", str(lab / "inventory.yml"), str(repo_root / "playbooks"
                    / "fleet.yml"), "-e", json.dumps(extra)], repo_root, env, timeout=600)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    # Every node step over SSH ran lean (docs/node-steps.md): per host the deploy, the supervisor's start, the
+    # runner's start (and wait), the stop and fetch; none as a module.
+    for host in HOSTS:
+        for step in ("deploy_artifacts", "node_supervisor", "runner", "fetch_receipts"):
+            assert f"<{host}> orbite.qualification.{step}: lean node step" in result.stdout, (host, step)
+    assert ": run as a module (" not in result.stdout
     verdict = json.loads((runs / "ns-fleet" / "fleet-verdict.json").read_text())
     assert verdict["verdict"] == "PASS" and verdict["complete"] and verdict["waves"] == [["p1", "p2"]]
     assert [(r["pair"], r["source"], r["requester"], r["verdict"]) for r in verdict["rows"]] == [

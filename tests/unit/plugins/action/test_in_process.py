@@ -223,7 +223,7 @@ def test_an_error_the_job_did_not_expect_is_a_coded_failure_not_a_traceback():
 
 def test_a_job_that_returns_without_a_result_fails_by_name():
     result = _in_process.run_job("orbite.qualification.x", _job(lambda module: None), {"name": "a"}, False)
-    assert result["failed"] and result["code"] == "controller.no_result"
+    assert result["failed"] and result["code"] == "job.no_result"
 
 
 def test_check_mode_warnings_defaults_and_no_log_reach_the_job_and_the_result():

@@ -4,7 +4,7 @@
   the in-process runner it uses) imports nothing from the simulated lab
   (``_sim``, the ``sim/`` engine), the run launcher (``_run``), the node side (``_node``) or any
   module (``plugins.modules``, the runner among them): a runner bug must not cancel itself out;
-- node-side packages (``_node``, ``_inventory``, ``_common``, ``_run``) import nothing from
+- node-side packages (``_node``, ``_node_steps``, ``_inventory``, ``_common``, ``_run``) import nothing from
   ``_verify``, nor from the simulated lab (real nodes never run simulated code);
 - ``_common`` imports none of the other packages (everyone builds on it).
 """
@@ -19,7 +19,8 @@ from helpers.paths import REPO
 COLLECTION = "ansible_collections.orbite.qualification"
 MODULE_UTILS = f"{COLLECTION}.plugins.module_utils"
 UTILS_DIR = REPO / "plugins" / "module_utils"
-PACKAGES = ("_build", "_common", "_controller", "_fleet", "_inventory", "_node", "_profile", "_run", "_sim", "_verify")
+PACKAGES = ("_build", "_common", "_controller", "_fleet", "_inventory", "_node", "_node_steps", "_profile", "_run",
+            "_sim", "_verify")
 
 # Top-level names of the simulated engine under sim/ (run with sim/ on sys.path), and its path
 # as a package of the collection, should anyone import it that way.
@@ -28,10 +29,11 @@ VERIFIER_FORBIDDEN = (
     f"{MODULE_UTILS}._sim",
     f"{MODULE_UTILS}._run",
     f"{MODULE_UTILS}._node",
+    f"{MODULE_UTILS}._node_steps",
     f"{COLLECTION}.plugins.modules",
     *SIM_TREE,
 )
-NODE_SIDE = ("_node", "_inventory", "_common", "_run")
+NODE_SIDE = ("_node", "_node_steps", "_inventory", "_common", "_run")
 NODE_FORBIDDEN = (f"{MODULE_UTILS}._verify", f"{MODULE_UTILS}._sim", *SIM_TREE)
 COMMON_FORBIDDEN = tuple(f"{MODULE_UTILS}.{p}" for p in PACKAGES if p != "_common")
 

@@ -1,16 +1,14 @@
 """The simulated runner's zipapp (plugins/module_utils/_run/package.py): each module's source with its checked-hash
 bytecode beside it, used only while it is the bytecode of that very source and of the running interpreter."""
 
-import glob
 import importlib.util
 import marshal
-import os
-import shutil
 import subprocess
 import sys
 import zipfile
 
 import pytest
+from helpers.interpreters import other_interpreter
 from helpers.paths import REPO
 
 from ansible_collections.orbite.qualification.plugins.module_utils._run import package
@@ -60,21 +58,10 @@ def test_bytecode_of_another_source_is_not_run(app, tmp_path):
     assert out.stdout.strip() == "changed-after-packaging"
 
 
-def _other_interpreter(version):
-    """A working interpreter of that version other than this one (on PATH or pyenv's), or None."""
-    if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
-        return None
-    for candidate in [shutil.which(f"python{version}"),
-                      *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python{version}")))]:
-        if candidate and subprocess.run([candidate, "-c", "pass"], check=False, capture_output=True).returncode == 0:
-            return candidate
-    return None
-
-
 @pytest.mark.parametrize("version", ["3.9", "3.13"])
 def test_another_python_compiles_the_sources(app, version):
     """Bytecode of another interpreter version (bad magic) is skipped for the source beside it."""
-    interpreter = _other_interpreter(version)
+    interpreter = other_interpreter(version)
     if interpreter is None:
         pytest.skip(f"no other Python {version} here")
     out = subprocess.run([interpreter, str(app), "--protocol"], capture_output=True, text=True, check=True)

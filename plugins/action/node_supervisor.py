@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""Action plugin for orbite.qualification.node_supervisor: the module's job in one lean Python on the node."""
+
+from __future__ import annotations
+
+from ansible_collections.orbite.qualification.plugins.module_utils._node_steps import node_supervisor as job
+from ansible_collections.orbite.qualification.plugins.plugin_utils._node_step import NodeStepAction
+
+
+class ActionModule(NodeStepAction):
+    JOB = job
