@@ -33,6 +33,13 @@ class ActionModule(NodeStepAction):
         sent = []
         for index, item in enumerate(files):
             src = item.get("src") if isinstance(item, dict) else None
+            if isinstance(item, dict) and src is None and item.get("sha256") is None:
+                # The role's list names each file the case needs; null where the run's artifacts pin none.
+                result.update(failed=True, code="deploy.unpinned",
+                              msg=f"files[{index}] ({item.get('name')}): the run's artifacts pin no such file "
+                                  "(src and sha256 null); the simulated lab's native build has the verbs provider "
+                                  "and every observer")
+                return result
             try:
                 data = read_regular_bytes(src, LIMIT)
             except (OSError, OrbiteError, TypeError) as error:

@@ -91,7 +91,9 @@ files:
   sample: [{name: runner, dest: /var/tmp/orbite/ra-1/orbite-sim-runner.pyz, changed: true,
             sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}]
 code:
-  description: Stable failure code (C(deploy.mismatch), C(deploy.invalid), C(os.<error>)).
+  description: >-
+    Stable failure code (C(deploy.mismatch), C(deploy.invalid), C(deploy.unpinned) (a file with neither
+    O(files[].src) nor O(files[].sha256): the run pins none), C(os.<error>)).
   returned: failure
   type: str
   sample: deploy.mismatch

@@ -28,6 +28,7 @@ import time
 from typing import Dict, List, Optional
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
+from ansible_collections.orbite.qualification.plugins.module_utils._common.bytecode import checked_pyc
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
@@ -468,14 +469,29 @@ def _module_source(name: str) -> str:
     return src
 
 
-def _write_private(path: str, text: str) -> None:
+def _write_private(path: str, data) -> None:
+    """Write ``data`` (text as UTF-8, or bytes) into a new private file (0600) at ``path``, never through a link."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def _module_bytecode(name: str, src: str) -> Optional[bytes]:
+    """Checked-hash bytecode of a program module for this interpreter, from the code its loader holds (the lean node
+    step's zip carries it: nothing is compiled here), or None when the loader has none to give."""
+    spec = importlib.util.find_spec(name)
+    get_code = getattr(spec.loader, "get_code", None) if spec is not None else None
+    try:
+        code = get_code(name) if get_code is not None else None
+    except (ImportError, SyntaxError, OSError):
+        return None
+    return None if code is None else checked_pyc(src.encode("utf-8"), code)
 
 
 def install_program(run_dir: str) -> str:
-    """Copy the supervisor program into run_dir/lib (it outlives the module's temp dir)."""
+    """Copy the supervisor program into run_dir/lib (it outlives the module's temp dir), each module with its
+    checked-hash bytecode in __pycache__ where its loader holds the code (the supervisor, this interpreter, then
+    compiles nothing at its start: about 50 ms less; another interpreter or a changed source compiles as before)."""
     lib = os.path.join(run_dir, LIB_DIR)
     os.makedirs(lib, mode=0o700, exist_ok=True)
     os.chmod(lib, 0o700)
@@ -487,7 +503,14 @@ def install_program(run_dir: str) -> str:
             init = os.path.join(package_dir, "__init__.py")
             if not os.path.exists(init):
                 _write_private(init, "")
-        _write_private(os.path.join(lib, *parts[:-1], parts[-1] + ".py"), _module_source(name))
+        path = os.path.join(lib, *parts[:-1], parts[-1] + ".py")
+        src = _module_source(name)
+        _write_private(path, src)
+        pyc = _module_bytecode(name, src)
+        if pyc is not None:
+            cached = importlib.util.cache_from_source(path)
+            os.makedirs(os.path.dirname(cached), mode=0o700, exist_ok=True)
+            _write_private(cached, pyc)
     main = os.path.join(lib, PROGRAM_NAME)
     _write_private(
         main,

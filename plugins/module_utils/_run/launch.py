@@ -148,7 +148,8 @@ def build_case(params):
         case["service_address"] = params["service_address"]
     else:
         if not params.get("peer_address"):
-            raise RunnerError("bad_input", "peer_address: required for the requester (the source's ready address)")
+            raise RunnerError("bad_input", "peer_address: required for the requester (the source's ready address; none "
+                              "when the source runner did not become ready)")
         case["peer_address"] = params["peer_address"]
     for optional in ("peer_registration_id", "seed", "timeouts"):
         if params.get(optional) is not None:

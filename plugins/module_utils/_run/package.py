@@ -14,13 +14,12 @@ action plugin make the same file). Deflated: about the size of the sources alone
 """
 
 import hashlib
-import importlib.util
 import io
-import marshal
 import os
 import zipapp
 import zipfile
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.bytecode import checked_pyc
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_bytes,
@@ -35,13 +34,6 @@ def _sources(path):
     return "__pycache__" not in path.parts and path.suffix == ".py"
 
 
-# PEP 552 flags: hash-based (bit 0), checked against the source (bit 1).
-_CHECKED_HASH = (0b11).to_bytes(4, "little")
-# No back-references, which follow reference counts: the same bytes in any process (format 4 fails
-# tests/unit/plugins/action/test_in_process.py, whose action and module then hash different files).
-_MARSHAL_VERSION = 2
-
-
 def with_bytecode(archive):
     """The zipapp ``archive`` (bytes) with each ``.py`` member's checked-hash bytecode added beside it."""
     out = io.BytesIO(archive)
@@ -52,9 +44,7 @@ def with_bytecode(archive):
             source = zipped.read(info.filename)
             # The name a traceback shows: the module's path inside the archive.
             code = compile(source, info.filename, "exec", dont_inherit=True)
-            pyc = (importlib.util.MAGIC_NUMBER + _CHECKED_HASH + importlib.util.source_hash(source)
-                   + marshal.dumps(code, _MARSHAL_VERSION))
-            zipped.writestr(zipfile.ZipInfo(info.filename[:-3] + ".pyc", info.date_time), pyc,
+            zipped.writestr(zipfile.ZipInfo(info.filename[:-3] + ".pyc", info.date_time), checked_pyc(source, code),
                             compress_type=zipfile.ZIP_DEFLATED)
     return out.getvalue()
 

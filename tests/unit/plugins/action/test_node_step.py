@@ -8,6 +8,7 @@ without pipelining, an interpreter not discovered yet, ``orbite_node_steps: modu
 that answers nothing is a coded failure naming the switch, never a traceback.
 """
 
+import importlib.util
 import io
 import json
 import os
@@ -31,6 +32,7 @@ from ansible_collections.orbite.qualification.plugins.action import (
     runner,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock
+from ansible_collections.orbite.qualification.plugins.module_utils._node.client import PROGRAM_MODULES
 from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.entry import JOBS
 from ansible_collections.orbite.qualification.plugins.plugin_utils import _node_step
 
@@ -131,6 +133,14 @@ def test_a_supervisor_started_and_stopped_by_lean_steps_holds_then_releases_its_
         assert [lock["rnic"] for lock in started["supervisor"]["locks"]] == ["mlx5_0"]
         assert not rnic_lock.probe(locks, "mlx5_0")  # held by the supervisor the step left running
         assert lean("node_supervisor", dict(args, state="status"))["supervisor"]["pid"] == started["supervisor"]["pid"]
+        # The program was copied with the payload's bytecode beside each module: the supervisor compiled nothing.
+        lib = os.path.join(started["run_dir"], "lib")
+        for name in PROGRAM_MODULES:
+            source = os.path.join(lib, *name.split(".")) + ".py"
+            with open(importlib.util.cache_from_source(source), "rb") as handle:
+                pyc = handle.read()
+            with open(source, "rb") as handle:
+                assert pyc[:4] == importlib.util.MAGIC_NUMBER and pyc[8:16] == importlib.util.source_hash(handle.read())
     finally:
         stopped = lean("node_supervisor", dict(args, state="stopped", force=True))
     assert stopped["changed"] and not stopped["running"] and rnic_lock.probe(locks, "mlx5_0")
@@ -256,3 +266,11 @@ def test_a_bad_request_is_refused_by_the_node(request_line, message):
     answer = node(request_line)
     assert answer["result"]["failed"] and answer["result"]["code"] == "node_step.request"
     assert answer["result"]["msg"].startswith(message), answer
+
+
+def test_a_file_the_run_does_not_pin_fails_the_deploy_by_name_before_the_node(tmp_path):
+    files = [{"name": "uverbs_fault", "src": None, "dest": None, "sha256": None}]
+    result, action = act("deploy_artifacts", {"files": files})
+    assert result["failed"] and result["code"] == "deploy.unpinned"
+    assert result["msg"].startswith("files[0] (uverbs_fault): the run's artifacts pin no such file")
+    assert not action._low_level_execute_command.called and not action._execute_module.called
