@@ -17,7 +17,6 @@ import shlex
 import shutil
 import tempfile
 
-from ansible.utils.vars import merge_hash
 from ansible_collections.orbite.qualification.plugins.module_utils._node_steps import fetch_receipts as job
 from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts import unpack
 from ansible_collections.orbite.qualification.plugins.plugin_utils._node_step import NodeStepAction
@@ -26,17 +25,16 @@ from ansible_collections.orbite.qualification.plugins.plugin_utils._node_step im
 class ActionModule(NodeStepAction):
     JOB = job
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(NodeStepAction, self).run(tmp, task_vars)  # ActionBase's checks; the step is below
-        del tmp  # not used since Ansible 2.5
-        dest = self._task.args.get("dest")
+    def prepare(self, args):
+        dest = args.get("dest")
         if not isinstance(dest, str) or not os.path.isabs(dest):
-            result.update(failed=True, code="receipts.invalid",
-                          msg=f"dest={dest!r}: must be an absolute path on the controller")
-            return result
-        packed = self.run_step(task_vars)
-        result = merge_hash(result, packed)
-        archive = packed.get("archive")
+            return None, {"failed": True, "code": "receipts.invalid",
+                          "msg": f"dest={dest!r}: must be an absolute path on the controller"}
+        return args, None
+
+    def after(self, result):
+        packed = dict(result)  # the module's own result, before the fetch adds to it
+        archive, dest = packed.get("archive"), self._task.args["dest"]
         if self._task.check_mode or not archive:
             return result
         local = tempfile.mkdtemp(prefix="orbite-receipts-")

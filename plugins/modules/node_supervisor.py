@@ -85,6 +85,38 @@ options:
         SIGKILL after 5 s).
     type: float
     default: 30
+  deploy:
+    description:
+      - With V(started), files to place on the node first, before the supervisor starts (as
+        M(orbite.qualification.deploy_artifacts) places its O(orbite.qualification.deploy_artifacts#module:files)),
+        so a case's deploy and its supervisor start are one node step. The collection's action plugin reads each
+        O(deploy[].src) on the controller and sends its bytes with the task; on the node each is written atomically
+        (mode 0600, missing directories 0700) unless the regular file there already has the pinned sha256, and
+        then hashed where it lies. A file whose sha256 is not its pin fails the task naming it (C(deploy.mismatch))
+        and no supervisor starts.
+      - Refused with any other O(state).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: What the file is (C(runner), C(verbs_library), an observer's tool name), for messages.
+        type: str
+        required: true
+      src:
+        description: The file on the controller (read by the action plugin, at most 64 MiB).
+        type: path
+        required: true
+      dest:
+        description: Absolute path on the node.
+        type: path
+        required: true
+      sha256:
+        description: The sha256 the run's plan pins for it (64 lower-case hex digits).
+        type: str
+        required: true
+      content:
+        description: The file's bytes, base64 (set by the action plugin from O(deploy[].src); not logged).
+        type: str
 attributes:
   check_mode:
     support: partial
@@ -111,6 +143,15 @@ EXAMPLES = r"""
     boot_id: "{{ node.identity.boot_id }}"
     lease: 900
   register: supervisor
+
+- name: Deploy the runner checked against its pin, then take the locks, in one step
+  orbite.qualification.node_supervisor:
+    state: started
+    run_id: "{{ run_id }}"
+    locks: [mlx5_0, mlx5_1]
+    deploy:
+      - {name: runner, src: "{{ orbite_artifacts.runner.path }}", dest: /var/tmp/orbite/ra-1/orbite-sim-runner.pyz,
+         sha256: "{{ orbite_artifacts.runner.sha256 }}"}
 
 - name: Release the locks (also after a failure)
   orbite.qualification.node_supervisor:
@@ -163,6 +204,16 @@ supervisor:
     children: []
     journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
     socket: /run/orbite/supervisors/ra-1-read-polling/control.sock
+deployed:
+  description:
+    - With O(deploy), per file C(name), C(dest), C(sha256) (as found on the node) and C(changed) (written by
+      this task), as M(orbite.qualification.deploy_artifacts) returns its
+      RV(orbite.qualification.deploy_artifacts#module:files).
+  returned: when O(deploy) was given and every file is in place
+  type: list
+  elements: dict
+  sample: [{name: runner, dest: /var/tmp/orbite/ra-1/orbite-sim-runner.pyz, changed: false,
+            sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}]
 running:
   description: Whether a supervisor runs after the task.
   returned: always
@@ -214,7 +265,8 @@ owner:
            acquired_at: "2026-11-30T19:02:41.118230Z"}
 code:
   description:
-    - Stable failure code; the supervisor's own code (as in RV(error)) when it refused, else C(supervisor.error).
+    - Stable failure code; the supervisor's own code (as in RV(error)) when it refused, else C(supervisor.error);
+      C(deploy.mismatch), C(deploy.invalid) or C(deploy.unpinned) when a file of O(deploy) is not the run's.
   returned: failure
   type: str
   sample: lock_timeout

@@ -132,7 +132,19 @@ class NodeStepAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp  # not used since Ansible 2.5
-        return merge_hash(result, self.run_step(task_vars))
+        args, failure = self.prepare(dict(self._task.args))
+        if failure is not None:
+            return merge_hash(result, failure)
+        return self.after(merge_hash(result, self.run_step(task_vars, args)))
+
+    def prepare(self, args):
+        """(the module's arguments for the step, None), or (None, the failed result): the controller's part
+        before the step (a subclass reads files to send, checks a controller path)."""
+        return args, None
+
+    def after(self, result):
+        """The task's result from the step's: the controller's part after it (a subclass fetches what it packed)."""
+        return result
 
     def _module_name(self):
         return f"orbite.qualification.{self.JOB.__name__.rsplit('.', 1)[1]}"

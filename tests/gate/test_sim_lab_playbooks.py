@@ -179,10 +179,10 @@ def _fleet_over_ssh(repo_root, env, lab, tmp_path, identities):
     result = _run([str(BIN / "ansible-playbook"), "-vv", "-i", str(lab / "inventory.yml"), str(repo_root / "playbooks"
                    / "fleet.yml"), "-e", json.dumps(extra)], repo_root, env, timeout=600)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
-    # Every node step over SSH ran lean (docs/node-steps.md): per host the deploy, the supervisor's start, the
+    # Every node step over SSH ran lean (docs/node-steps.md): per host the deploy with the supervisor's start, the
     # runner's start (and wait), the stop and fetch; none as a module.
     for host in HOSTS:
-        for step in ("deploy_artifacts", "node_supervisor", "runner", "fetch_receipts"):
+        for step in ("node_supervisor", "runner", "fetch_receipts"):
             assert f"<{host}> orbite.qualification.{step}: lean node step" in result.stdout, (host, step)
     assert ": run as a module (" not in result.stdout
     verdict = json.loads((runs / "ns-fleet" / "fleet-verdict.json").read_text())

@@ -8,6 +8,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     SupervisorAlreadyRunning,
     SupervisorClient,
     SupervisorError,
+    SupervisorInputError,
     SupervisorNotRunning,
     SupervisorRequestError,
     SupervisorStartError,
@@ -17,6 +18,10 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     start_supervisor,
     stop_failure,
     stop_supervisor,
+)
+from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.deploy_artifacts import (
+    FILE_OPTIONS,
+    deploy_files,
 )
 
 
@@ -35,13 +40,14 @@ SPEC = {
         "lock_timeout": {"type": "float", "default": 30},
         "force": {"type": "bool", "default": False},
         "stop_timeout": {"type": "float", "default": 30},
+        # started: the case's executables, placed before the supervisor (deploy_artifacts' files).
+        "deploy": {"type": "list", "elements": "dict", "options": FILE_OPTIONS},
     },
     "required_if": [("state", "started", ("locks",))],
 }
 
 
 def _started(module, client, p, lock_dir):
-    check_start_args(p["run_id"], p["locks"], p["lease"], p["lock_timeout"])
     if module.check_mode:
         if not client.alive():
             return True, None
@@ -76,9 +82,16 @@ def run(module):
         client = SupervisorClient(run_dir)
         result.update(run_dir=run_dir, journal=client.journal_path)
         state = p["state"]
+        if p["deploy"] is not None and state != "started":
+            raise SupervisorInputError(f"deploy: only with state=started, not state={state}")
         if state == "started":
+            check_start_args(p["run_id"], p["locks"], p["lease"], p["lock_timeout"])
+            # Copying needs no lock, and a short lease must not run out meanwhile: the files come first.
+            deployed = deploy_files(module, p["deploy"], option="deploy") if p["deploy"] is not None else None
             changed, status = _started(module, client, p, lock_dir)
-            result.update(changed=changed, running=status is not None)
+            result.update(changed=changed or any(f["changed"] for f in deployed or []), running=status is not None)
+            if deployed is not None:
+                result["deployed"] = deployed
             if status is not None:
                 result["supervisor"] = status
         elif state in ("status", "renewed"):

@@ -45,8 +45,10 @@ def _current(dest):
     return sha256_file(dest)
 
 
-def deploy(files, check_mode=False):
+def deploy(files, check_mode=False, option="files"):
     """Write every {name, dest, sha256, content (base64)}; returns one {name, dest, sha256, changed} per file.
+
+    ``option`` is the module option that holds ``files``, as the messages name each file (``files[0].dest``).
 
     Raises DeployError for bad input and DeployMismatch, naming every file, when a written file's
     sha256 is not its pin (``details["placed"]``: the ones that match, in place).
@@ -54,7 +56,7 @@ def deploy(files, check_mode=False):
     seen, placed, mismatches = set(), [], []
     for index, item in enumerate(files):
         name, dest, pin = item.get("name"), item.get("dest"), item.get("sha256")
-        where = f"files[{index}]"
+        where = f"{option}[{index}]"
         if not isinstance(dest, str) or not os.path.isabs(dest) or dest in seen:
             raise DeployError(f"{where}.dest={quote(dest)}: must be an absolute path, once per task")
         if not isinstance(pin, str) or not _SHA256.fullmatch(pin):

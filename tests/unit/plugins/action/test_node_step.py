@@ -117,8 +117,8 @@ def test_node_supervisor_step_is_the_module(tmp_path, args, check_mode):
 def test_a_bad_argument_fails_on_the_controller_with_the_modules_message(tmp_path):
     result = same("node_supervisor", tmp_path, {"state": "status", "run_id": "r1", "colour": 1})
     assert result["msg"] == ("Unsupported parameters for (orbite.qualification.node_supervisor) module: colour. "
-                             "Supported parameters include: boot_id, controller, force, hostname, lease, lock_dir, "
-                             "lock_timeout, locks, root, run_dir, run_id, state, stop_timeout.")
+                             "Supported parameters include: boot_id, controller, deploy, force, hostname, lease, "
+                             "lock_dir, lock_timeout, locks, root, run_dir, run_id, state, stop_timeout.")
     _result, action = act("node_supervisor", {"state": "status", "run_id": "r1", "colour": 1})
     assert not action._low_level_execute_command.called  # nothing ran on the node
 
@@ -160,6 +160,36 @@ def test_deploy_step_is_the_module_and_masks_the_content(tmp_path):
     mismatch = lean("deploy_artifacts", {"files": [dict(files[0], sha256="0" * 64,
                                                         dest=str(tmp_path / "lean" / "other.pyz"))]})
     assert mismatch["failed"] and mismatch["code"] == "deploy.mismatch", mismatch
+
+
+def test_a_supervisor_start_deploys_first_in_the_same_step_and_a_mismatch_starts_no_supervisor(tmp_path):
+    root = make_root(tmp_path / "host")
+    src = tmp_path / "runner.pyz"
+    src.write_bytes(b"#!/usr/bin/env python3\nprint('x')\n" * 100)
+    digest = __import__("hashlib").sha256(src.read_bytes()).hexdigest()
+    dest = tmp_path / "node" / "orbite-sim-runner.pyz"
+    files = [{"name": "runner", "src": str(src), "dest": str(dest), "sha256": digest}]
+    args = {"state": "started", "run_id": "r1", "root": root, "locks": ["mlx5_0"]}
+    status = {"state": "status", "run_id": "r1", "root": root}
+    other = tmp_path / "node" / "other.pyz"
+    bad = lean("node_supervisor", dict(args, deploy=[dict(files[0], sha256="0" * 64, dest=str(other))]))
+    assert bad["failed"] and bad["code"] == "deploy.mismatch" and "supervisor" not in bad, bad
+    assert bad["msg"].startswith(f"runner {other} has sha256 {digest}, the run's plan pins {'0' * 64}")
+    assert not lean("node_supervisor", status)["running"]  # the files come first: no supervisor started
+    started = lean("node_supervisor", dict(args, deploy=files))
+    try:
+        assert started["running"] and started["changed"], started
+        assert started["deployed"] == [{"name": "runner", "dest": str(dest), "sha256": digest, "changed": True}]
+        assert dest.read_bytes() == src.read_bytes()
+        assert __import__("base64").b64encode(src.read_bytes()).decode() not in json.dumps(started)  # no_log
+    finally:
+        lean("node_supervisor", dict(status, state="stopped", force=True))
+
+
+def test_deploy_is_refused_with_any_state_but_started_as_by_the_module(tmp_path):
+    result = same("node_supervisor", tmp_path, {"state": "status", "run_id": "r1", "root": "{d}/host", "deploy": []})
+    assert result["failed"] and result["code"] == "supervisor.error"
+    assert result["msg"] == "deploy: only with state=started, not state=status"
 
 
 def test_fetch_step_packs_on_the_node_fetches_once_and_removes_the_archive(tmp_path):
@@ -273,4 +303,8 @@ def test_a_file_the_run_does_not_pin_fails_the_deploy_by_name_before_the_node(tm
     result, action = act("deploy_artifacts", {"files": files})
     assert result["failed"] and result["code"] == "deploy.unpinned"
     assert result["msg"].startswith("files[0] (uverbs_fault): the run's artifacts pin no such file")
+    assert not action._low_level_execute_command.called and not action._execute_module.called
+    started, action = act("node_supervisor", {"state": "started", "run_id": "r1", "locks": ["mlx5_0"], "deploy": files})
+    assert started["failed"] and started["code"] == "deploy.unpinned"
+    assert started["msg"].startswith("deploy[0] (uverbs_fault): the run's artifacts pin no such file")
     assert not action._low_level_execute_command.called and not action._execute_module.called
