@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import os
 import shlex
 import zipfile
 from pathlib import Path
@@ -39,8 +40,10 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.entry import JOBS
+from ansible_collections.orbite.qualification.plugins.lookup.work_dir import default_work_dir
 from ansible_collections.orbite.qualification.plugins.module_utils._run.package import with_bytecode
 from ansible_collections.orbite.qualification.plugins.plugin_utils._in_process import finish, validate
+from ansible_collections.orbite.qualification.plugins.plugin_utils._payload_cache import cached_payload
 
 COLLECTION = "ansible_collections.orbite.qualification"
 _MODULE_UTILS = f"{COLLECTION}.plugins.module_utils"
@@ -93,10 +96,11 @@ def node_modules(roots):
     return found
 
 
-def build_payload(roots):
-    """The zip (bytes) of ``roots`` and what they import, each package with its __init__.py, with bytecode."""
+def _build(roots):
+    """(the zip (bytes) of ``roots`` and what they import, each package with its __init__.py, with bytecode; the
+    files it was made of)."""
     modules = node_modules(roots)
-    members = {}
+    members, sources = {}, set(modules.values())
     for name, path in modules.items():
         parts = name.split(".")
         # Every enclosing package a regular one (an empty __init__ where the collection has none: the
@@ -109,17 +113,36 @@ def build_payload(roots):
         init = _ROOT.joinpath(*name.split("/")[3:])
         if name.endswith("/__init__.py") and not members[name] and init.is_file():
             members[name] = init.read_bytes()
+            sources.add(init)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
         for member in sorted(members):
             zipped.writestr(zipfile.ZipInfo(member, (1980, 1, 1, 0, 0, 0)), members[member],
                             compress_type=zipfile.ZIP_DEFLATED)
-    return with_bytecode(buffer.getvalue())
+    return with_bytecode(buffer.getvalue()), sources
 
 
-# Built here, in the controller's main process (Ansible imports the action plugins there before it forks each
-# task's worker): once per playbook, inherited by every worker.
-PAYLOAD = build_payload([ENTRY] + [f"{_MODULE_UTILS}._node_steps.{job}" for job in JOBS])
+def build_payload(roots):
+    """The zip (bytes) of ``roots`` and what they import, each package with its __init__.py, with bytecode."""
+    return _build(roots)[0]
+
+
+def _cache_dir():
+    """Where the payload is kept between playbooks: <the controller's work directory>/cache, else None."""
+    try:
+        return os.path.join(default_work_dir(), "cache")
+    except Exception:  # pylint: disable=broad-except  # a relative ORBITE_WORK_DIR: no cache (the playbook says why)
+        return None
+
+
+# The jobs and what they import, and the code that makes their payload (a change there changes the bytes).
+ROOTS = [ENTRY] + [f"{_MODULE_UTILS}._node_steps.{job}" for job in JOBS]
+BUILDERS = [Path(__file__).resolve(), _ROOT / "plugins" / "module_utils" / "_run" / "package.py",
+            _ROOT / "plugins" / "module_utils" / "_common" / "bytecode.py"]
+
+# Made here, in the controller's main process (Ansible imports the action plugins there before it forks each
+# task's worker): once per playbook, inherited by every worker; kept between playbooks (plugin_utils/_payload_cache).
+PAYLOAD = cached_payload(_cache_dir(), lambda: _build(ROOTS), BUILDERS)
 
 
 class NodeStepAction(ActionBase):

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: OrbiTE qualification contributors
+"""The lean node steps' payload, kept between playbook runs in the controller user's private cache.
+
+Private to the collection. Building the payload (plugin_utils/_node_step.py: an ``ast`` walk of the jobs and what
+they import, their bytecode, a deflated zip) costs every ansible-playbook about 0.3 s of the controller's main
+process on the 2-core lab machine, for the same bytes each time. Here it is built once and kept as
+``<dir>/node-steps-<sha256>.zip`` with a manifest naming every source file it was made of and that file's sha256
+(the files of the payload and the code that builds it). It is used only when each of those files still has its
+recorded sha256 and the zip still has its own; else it is built again and replaces the kept one.
+
+What the cache holds runs on the lab's nodes, so it is used only from a directory that is the user's own and
+private (0700, owned by the effective user), files read without following links; anything else (a directory
+shared or another user's, a torn or tampered file, a disk that cannot be written) means the payload is built in
+memory as without a cache, and never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import stat
+
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    makedirs_private,
+    read_regular_bytes,
+)
+
+MANIFEST = "node-steps.json"
+LIMIT = 64 << 20
+SCHEMA = "orbite.node-step-payload"
+
+
+def _private(directory):
+    """Whether ``directory`` is a real directory of the effective user that only they can reach."""
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
+
+
+def _digests(paths):
+    """{path: sha256 of its bytes} of ``paths`` (str); None when one cannot be read."""
+    try:
+        return {path: hashlib.sha256(read_regular_bytes(path, LIMIT)).hexdigest() for path in paths}
+    except Exception:  # pylint: disable=broad-except  # gone, unreadable: the kept payload is not this one
+        return None
+
+
+def _kept(directory):
+    """The kept payload's bytes if every source it was made of is unchanged and the zip is intact, else None."""
+    try:
+        manifest = json.loads(read_regular_bytes(os.path.join(directory, MANIFEST), LIMIT, follow_symlinks=False))
+        files, digest = manifest["files"], manifest["payload_sha256"]
+        if manifest.get("schema") != SCHEMA or manifest.get("magic") != importlib.util.MAGIC_NUMBER.hex():
+            return None
+        if not isinstance(files, dict) or _digests(list(files)) != files:
+            return None
+        payload = read_regular_bytes(os.path.join(directory, f"node-steps-{digest}.zip"), LIMIT,
+                                     follow_symlinks=False)
+    except Exception:  # pylint: disable=broad-except  # none kept, torn, another layout: built again
+        return None
+    return payload if hashlib.sha256(payload).hexdigest() == digest else None
+
+
+def _keep(directory, payload, sources):
+    """Write the payload and then its manifest (each atomically, 0600); remove payloads kept before."""
+    digest = hashlib.sha256(payload).hexdigest()
+    name = f"node-steps-{digest}.zip"
+    atomic_write_bytes(os.path.join(directory, name), payload)
+    atomic_write_json(os.path.join(directory, MANIFEST), {
+        "schema": SCHEMA, "magic": importlib.util.MAGIC_NUMBER.hex(), "payload_sha256": digest, "files": sources})
+    for entry in os.listdir(directory):
+        if entry.startswith("node-steps-") and entry.endswith(".zip") and entry != name:
+            try:
+                os.unlink(os.path.join(directory, entry))
+            except OSError:
+                pass
+
+
+def cached_payload(directory, build, builders):
+    """The payload: the one kept in ``directory`` when it is still what ``build()`` would make, else ``build()``'s.
+
+    ``build()`` returns (payload bytes, the source files it read); ``builders`` are the files of the code that
+    builds it (a change there makes another payload of the same sources). ``directory`` None: no cache.
+    """
+    usable = False
+    if directory:
+        try:
+            makedirs_private(directory)
+            usable = _private(directory)
+        except OSError:
+            usable = False
+    if usable:
+        kept = _kept(directory)
+        if kept is not None:
+            return kept
+    payload, sources = build()
+    digests = _digests(sorted({*map(str, sources), *map(str, builders)}))
+    if usable and digests is not None:
+        try:
+            _keep(directory, payload, digests)
+        except OSError:
+            pass  # a full or read-only disk: the next playbook builds it again
+    return payload
