@@ -28,6 +28,7 @@ for ``async``, a delegated task, a connection that cannot take stdin, or a becom
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import json
 import os
@@ -128,9 +129,11 @@ def build_payload(roots):
 
 
 def _cache_dir():
-    """Where the payload is kept between playbooks: <the controller's work directory>/cache, else None."""
+    """Where the payload is kept between playbooks: <the controller's work directory>/cache/node-steps-<this
+    collection's place>, else None (each checkout or installation of the collection keeps its own)."""
     try:
-        return os.path.join(default_work_dir(), "cache")
+        place = hashlib.sha256(str(_ROOT).encode("utf-8")).hexdigest()[:16]
+        return os.path.join(default_work_dir(), "cache", f"node-steps-{place}")
     except Exception:  # pylint: disable=broad-except  # a relative ORBITE_WORK_DIR: no cache (the playbook says why)
         return None
 
