@@ -40,8 +40,8 @@ from ansible.executor.module_common import _get_shebang
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
-from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.entry import JOBS
 from ansible_collections.orbite.qualification.plugins.lookup.work_dir import default_work_dir
+from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.entry import JOBS
 from ansible_collections.orbite.qualification.plugins.module_utils._run.package import with_bytecode
 from ansible_collections.orbite.qualification.plugins.plugin_utils._in_process import finish, validate
 from ansible_collections.orbite.qualification.plugins.plugin_utils._payload_cache import cached_payload

@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import stat
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
@@ -33,6 +34,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 MANIFEST = "node-steps.json"
 LIMIT = 64 << 20
 SCHEMA = "orbite.node-step-payload"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _private(directory):
@@ -58,6 +60,8 @@ def _kept(directory):
         manifest = json.loads(read_regular_bytes(os.path.join(directory, MANIFEST), LIMIT, follow_symlinks=False))
         files, digest = manifest["files"], manifest["payload_sha256"]
         if manifest.get("schema") != SCHEMA or manifest.get("magic") != importlib.util.MAGIC_NUMBER.hex():
+            return None
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):  # it names the zip: no other path
             return None
         if not isinstance(files, dict) or _digests(list(files)) != files:
             return None
