@@ -21,11 +21,32 @@ author:
 extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.platform_linux
-  - orbite.qualification._deploy_files.files
 options:
   files:
     description: The files to place.
+    type: list
+    elements: dict
     required: true
+    suboptions:
+      name:
+        description: What the file is (C(runner), C(verbs_library), an observer's tool name), for messages.
+        type: str
+        required: true
+      src:
+        description: The file on the controller (read by the action plugin, at most 64 MiB).
+        type: path
+        required: true
+      dest:
+        description: Absolute path on the node.
+        type: path
+        required: true
+      sha256:
+        description: The sha256 the run's plan pins for it (64 lower-case hex digits).
+        type: str
+        required: true
+      content:
+        description: The file's bytes, base64 (set by the action plugin from O(files[].src); not logged).
+        type: str
 attributes:
   check_mode:
     support: full

@@ -31,7 +31,6 @@ author:
 extends_documentation_fragment:
   - orbite.qualification._attributes
   - orbite.qualification._attributes.platform_linux
-  - orbite.qualification._deploy_files.deploy
   - orbite.qualification._root
   - orbite.qualification._supervisor
 options:
@@ -96,6 +95,28 @@ options:
         then hashed where it lies. A file whose sha256 is not its pin fails the task naming it (C(deploy.mismatch))
         and no supervisor starts.
       - Refused with any other O(state).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: What the file is (C(runner), C(verbs_library), an observer's tool name), for messages.
+        type: str
+        required: true
+      src:
+        description: The file on the controller (read by the action plugin, at most 64 MiB).
+        type: path
+        required: true
+      dest:
+        description: Absolute path on the node.
+        type: path
+        required: true
+      sha256:
+        description: The sha256 the run's plan pins for it (64 lower-case hex digits).
+        type: str
+        required: true
+      content:
+        description: The file's bytes, base64 (set by the action plugin from O(deploy[].src); not logged).
+        type: str
 attributes:
   check_mode:
     support: partial
