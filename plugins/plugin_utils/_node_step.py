@@ -13,8 +13,9 @@ code again at every call. The action plugin of the same name subclasses :class:`
 - sends one request over the task's connection: a short fixed program (``-c``, no task data in the command)
   reading from stdin one JSON line (the job's name, the validated arguments, check mode) and then the
   collection's node code as a zip of checked-hash bytecode (``PAYLOAD``: the jobs and every module they import,
-  built once per playbook in the controller's main process, as module_utils/_run/package.py builds the
-  simulated runner's), imported from an anonymous memory file (nothing written on the node, nothing left);
+  made once in the controller's main process, as module_utils/_run/package.py builds the simulated runner's, and
+  kept between playbooks: plugin_utils/_payload_cache.py), imported from an anonymous memory file (nothing written
+  on the node, nothing left);
 - reads the job's one JSON line back and finishes the result as AnsibleModule would (invocation, warnings,
   no_log values masked: plugin_utils/_in_process.py ``finish``).
 
@@ -36,6 +37,7 @@ import shlex
 import zipfile
 from pathlib import Path
 
+from ansible.errors import AnsibleLookupError
 from ansible.executor.module_common import _get_shebang
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -134,7 +136,7 @@ def _cache_dir():
     try:
         place = hashlib.sha256(str(_ROOT).encode("utf-8")).hexdigest()[:16]
         return os.path.join(default_work_dir(), "cache", f"node-steps-{place}")
-    except Exception:  # pylint: disable=broad-except  # a relative ORBITE_WORK_DIR: no cache (the playbook says why)
+    except AnsibleLookupError:  # a relative ORBITE_WORK_DIR: no cache (the playbook's own lookup says why)
         return None
 
 

@@ -10,7 +10,8 @@ process on the 2-core lab machine, for the same bytes each time. Here it is buil
 recorded sha256 and the zip still has its own; else it is built again and replaces the kept one.
 
 What the cache holds runs on the lab's nodes, so it is used only from a directory that is the user's own and
-private (0700, owned by the effective user), files read without following links; anything else (a directory
+private (0700, owned by the effective user: the lock directories' rule, _node/locks.check_private_dir), files read
+without following links; anything else (a directory
 shared or another user's, a torn or tampered file, a disk that cannot be written) means the payload is built in
 memory as without a cache, and never an error.
 """
@@ -22,14 +23,15 @@ import importlib.util
 import json
 import os
 import re
-import stat
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_bytes,
     atomic_write_json,
     makedirs_private,
     read_regular_bytes,
+    sha256_file,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import LockDirError, check_private_dir
 
 MANIFEST = "node-steps.json"
 LIMIT = 64 << 20
@@ -37,19 +39,10 @@ SCHEMA = "orbite.node-step-payload"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _private(directory):
-    """Whether ``directory`` is a real directory of the effective user that only they can reach."""
-    try:
-        info = os.lstat(directory)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
-
-
 def _digests(paths):
     """{path: sha256 of its bytes} of ``paths`` (str); None when one cannot be read."""
     try:
-        return {path: hashlib.sha256(read_regular_bytes(path, LIMIT)).hexdigest() for path in paths}
+        return {path: sha256_file(path) for path in paths}
     except Exception:  # pylint: disable=broad-except  # gone, unreadable: the kept payload is not this one
         return None
 
@@ -97,8 +90,9 @@ def cached_payload(directory, build, builders):
     if directory:
         try:
             makedirs_private(directory)
-            usable = _private(directory)
-        except OSError:
+            check_private_dir(directory, "the node steps' payload cache")  # the lock directories' rule
+            usable = True
+        except (OSError, LockDirError):
             usable = False
     if usable:
         kept = _kept(directory)
