@@ -353,7 +353,7 @@ def _validate_profile(profile):
 
 
 def _validate_inflight(p):
-    """installed-inflight-dma (DESIGN.md section 4): one parent, one lane, one rail, one WR of at most 16 MiB that
+    """installed-inflight-dma (docs/profiles.md): one parent, one lane, one rail, one WR of at most 16 MiB that
     can stop part way."""
     for field, allowed in (("parents", (1,)), ("num_lanes", (1,)), ("mask", (1, 2))):
         if p[field] not in allowed:
@@ -364,7 +364,7 @@ def _validate_inflight(p):
 
 
 def _validate_cleanup(p):
-    """installed-cleanup-failure (DESIGN.md section 4): the requester's one parent, one slice, one lane, one rail,
+    """installed-cleanup-failure (docs/profiles.md): the requester's one parent, one slice, one lane, one rail,
     two generations; the cleanup kind defaults to qp."""
     kind = p.setdefault("cleanup_kind", "qp")
     if kind not in CLEANUP_KINDS:
@@ -378,7 +378,7 @@ def _validate_cleanup(p):
 
 
 def _one_slice_one_rail(p):
-    """The shape both cleanup modes share (DESIGN.md section 4): one parent, one slice, one lane, one rail."""
+    """The shape both cleanup modes share (docs/profiles.md): one parent, one slice, one lane, one rail."""
     return (("parents", p["parents"] == 1, "must be 1"),
             ("payload", p["payload"] <= p["block"], f"must be <= profile.block ({p['block']})"),
             ("num_lanes", p["num_lanes"] == 1, "must be 1"),
@@ -393,7 +393,7 @@ def _apply_rules(p, rules, mode):
 
 
 def _validate_memory(p):
-    """installed-memory-cleanup (DESIGN.md section 4): one parent, one slice, one lane, one rail; an MR failure of
+    """installed-memory-cleanup (docs/profiles.md): one parent, one slice, one lane, one rail; an MR failure of
     either role, an MW failure of the source."""
     kind = p.get("cleanup_kind")
     if kind not in MEMORY_KINDS:

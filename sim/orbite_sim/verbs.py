@@ -32,7 +32,7 @@ c_u8, c_u16, c_u32, c_u64, c_int, c_uint = (ctypes.c_uint8, ctypes.c_uint16, cty
                                             ctypes.c_int, ctypes.c_uint)
 vp = ctypes.c_void_p
 
-# <infiniband/verbs.h> constants (checked against the header by tests/unit/sim/test_sim_verbs.py)
+# <infiniband/verbs.h> constants (checked against the header by tests/unit/sim/test_sim_runner_units.py)
 QPT_RC = 2
 QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = 0, 1, 2, 3, 6
 QP_STATE_NAMES = {QPS_RESET: "RESET", QPS_INIT: "INIT", QPS_RTR: "RTR", QPS_RTS: "RTS", 4: "SQD", 5: "SQE",

@@ -17,7 +17,7 @@ Bounds on the wave count (tests/unit/plugins/module_utils/_fleet/test_plan.py ch
 
 With AWX job slicing a job sees only its slice of the hosts (``hosts``) while the pairing is planned
 over the whole fleet (``fleet_hosts``): the pairs with both hosts in the slice run here, the others are
-listed as ``elsewhere`` (the merge, fleet/merge.py, expects every pair of the whole fleet).
+listed as ``elsewhere`` (the merge, _controller/fleet_merge.py, expects every pair of the whole fleet).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """artifact_build: argument rules, checkout state, crate extraction, consumer template, observers.
 
 Everything here runs without cargo (git and make are used where the step itself needs them); the
-real cargo flow is in tests/integration/test_build_installed.py.
+real cargo flow is in tests/gate/test_build_installed.py.
 """
 
 import hashlib

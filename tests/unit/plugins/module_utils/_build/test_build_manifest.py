@@ -2,7 +2,7 @@
 
 The installation here is made of plain files whose hashes the test computes itself (hashlib), and a
 shell-script "binary" that answers --protocol, so no cargo is needed. The real cargo build is in
-tests/integration/test_build_installed.py.
+tests/gate/test_build_installed.py.
 """
 
 import copy

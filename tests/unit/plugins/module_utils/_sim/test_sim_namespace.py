@@ -1,7 +1,7 @@
 """Namespaced fake hosts through module_utils (root only): start, keep, restart, reboot, stop.
 
 The host's namespace is inspected through /proc/<pid>/root, which resolves paths in that process's
-mount namespace, so no SSH is needed here (tests/integration/test_sim_lab_playbooks.py goes over SSH).
+mount namespace, so no SSH is needed here (tests/gate/test_sim_lab_playbooks.py goes over SSH).
 """
 
 import json

@@ -379,7 +379,7 @@ def test_observer_log_without_summary_is_truncated(healthy, tmp_path):
 def test_every_registered_code_has_a_red_check():
     by_defect = {code for _, _, code in DEFECTS}
     # Masked rules (Rule.after) are red-checked one level down, on their check function;
-    # run.incomplete by test_a_partial_run_is_incomplete (and tests/.../test_fail_closed.py).
+    # run.incomplete by test_a_partial_run_is_incomplete (and test_fail_closed.py beside this file).
     # verdict.unwritable by test_fail_closed.py (a full output disk).
     elsewhere = {"accounting.exact_counts", "accounting.both_rails", "run.incomplete", "verdict.unwritable",
                  "case.mode_unverified"}  # test_a_mode_without_fault_rules_fails_by_name
