@@ -2,7 +2,6 @@
 
 import json
 import os
-import time
 
 import pytest
 from hypothesis import example, given, settings
@@ -571,10 +570,9 @@ def test_a_duplicate_key_in_a_file_is_refused(tmp_path):
     (lambda: json.dumps(dict(VALID["installed-host"], pad="x" * pm.MAX_PROFILE_BYTES)), "profile.size"),
 ])
 def test_nesting_and_size_are_bounded(make, code):
-    started = time.perf_counter()
+    # How fast each is refused is measured by bench/bench_profile_bounds.py, not bounded here.
     codes, error = _codes(lambda: pm.load_and_derive(profile=make()))
     assert codes == [code] and len(str(error)) < 600
-    assert time.perf_counter() - started < 5
 
 
 def test_a_deep_mapping_from_a_playbook_is_a_nesting_violation():
