@@ -14,8 +14,8 @@ plugin_utils/_node_step.py, which use :func:`validate` and :func:`finish` here t
 
 Each action plugin imports its job (and so its module_utils) at the top: Ansible's strategy (linear, free)
 loads a task's action plugin class in the controller's main process before it forks the task's worker, so
-an import there is paid once per playbook and inherited by every worker (the verifier's ~0.2 s serves run_plan's first
-verdict and result_check alike), where an import in ``run()`` would be paid again by each task's worker.
+an import there is paid once per playbook and inherited by every worker (the verifier's import serves run_plan's
+first verdict and result_check alike), where an import in ``run()`` would be paid again by each task's worker.
 """
 
 from __future__ import annotations

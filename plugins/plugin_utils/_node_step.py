@@ -4,9 +4,10 @@
 
 Private to the collection. A node step (node_supervisor, runner, fetch_receipts, deploy_artifacts) is a module
 whose argument spec and job live in ``module_utils/_node_steps/<module>.py`` (``SPEC``, ``run(module)``). Run as
-Ansible runs a module, each call pays ~0.15 s of node CPU before the job starts: AnsiballZ's payload carries
-sources only, so the node compiles ``ansible.module_utils.basic`` and its imports (~0.1 s) and the collection's
-code again at every call. The action plugin of the same name subclasses :class:`NodeStepAction`, which
+Ansible runs a module, each call pays node CPU before the job starts: AnsiballZ's payload carries sources only,
+so the node compiles ``ansible.module_utils.basic``, its imports and the collection's code again at every call
+(bench/bench_gate.py measures one call each way). The action plugin of the same name subclasses
+:class:`NodeStepAction`, which
 
 - validates the task's arguments here with the module's SPEC (ArgumentSpecValidator, as the in-process
   controller steps do: the module's own message, before anything runs on the node);

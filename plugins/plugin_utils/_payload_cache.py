@@ -3,11 +3,11 @@
 """The lean node steps' payload, kept between playbook runs in the controller user's private cache.
 
 Private to the collection. Building the payload (plugin_utils/_node_step.py: an ``ast`` walk of the jobs and what
-they import, their bytecode, a deflated zip) costs every ansible-playbook about 0.3 s of the controller's main
-process on the 2-core lab machine, for the same bytes each time. Here it is built once and kept as
-``<dir>/node-steps-<sha256>.zip`` with a manifest naming every source file it was made of and that file's sha256
-(the files of the payload and the code that builds it). It is used only when each of those files still has its
-recorded sha256 and the zip still has its own; else it is built again and replaces the kept one.
+they import, their bytecode, a deflated zip) costs every ansible-playbook time in the controller's main process
+for the same bytes each time (bench/bench_gate.py prints the build and the cache's load). Here it is built once
+and kept as ``<dir>/node-steps-<sha256>.zip`` with a manifest naming every source file it was made of and that
+file's sha256 (the files of the payload and the code that builds it). It is used only when each of those files
+still has its recorded sha256 and the zip still has its own; else it is built again and replaces the kept one.
 
 What the cache holds runs on the lab's nodes, so it is used only from a directory that is the user's own and
 private (0700, owned by the effective user: the lock directories' rule, _node/locks.check_private_dir), files read
