@@ -867,7 +867,7 @@ PROV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid
 			if (_ibv_query_gid_ex(ctx, (uint32_t)port, (uint32_t)i, &e, 0, sizeof(e)))
 				continue;
 			if (n == max_entries)
-				return -ENOMEM;
+				return -EINVAL; /* rdma-core: the buffer is too short */
 			memcpy((uint8_t *)entries + n * entry_size, &e, sizeof(e));
 			n++;
 		}
@@ -1115,11 +1115,21 @@ PROV_EXPORT int ibv_dofork_range(void *base, size_t size)
 
 /* ---------------------------------------------- helpers librdmacm links -- */
 
-/* sysfs as the provider sees it: under ORBITE_PROVIDER_ROOT. */
-PROV_EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
+/* sysfs as the provider sees it: <ORBITE_PROVIDER_ROOT>/sys (driver.h's
+ * const char *(void); librdmacm builds its paths from it). */
+static char sysfs_path[sizeof(cfg.root) + sizeof("/sys")];
+static pthread_once_t sysfs_path_once = PTHREAD_ONCE_INIT;
+
+static void sysfs_path_init(void)
 {
 	config_load();
-	return fmt(buf, size, "%s/sys", cfg.root) ? -1 : 0;
+	snprintf(sysfs_path, sizeof(sysfs_path), "%s/sys", cfg.root);
+}
+
+PROV_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	pthread_once(&sysfs_path_once, sysfs_path_init);
+	return sysfs_path;
 }
 
 PROV_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
