@@ -451,6 +451,65 @@ def test_memory_windows_type_1_and_2(build, hosts, tmp_path):
     assert own[1] == {"op": "mw", "type": 2, "after_invalidate": REM_ACCESS_ERR}
 
 
+# ----------------------------------------------------------- extended verbs --
+# ibv_wc_opcode values
+WC_SEND, WC_RDMA_WRITE, WC_RDMA_READ, WC_RECV, WC_RECV_RDMA_WITH_IMM = 0, 1, 2, 128, 129
+EOPNOTSUPP, EINVAL, ENOENT = 95, 22, 2
+
+
+def test_extended_device_query_and_extended_cq_poll(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "ext_cq")
+    query = pair.one("query_device_ex")
+    # the same device as ibv_query_device; no completion timestamps modelled
+    assert query == {"op": "query_device_ex", "orig_equal": 1, "ports": 1, "ports_ex": 1, "ts_mask": 0}
+    assert pair.one("cq_ex_refused", what="timestamp") == {
+        "op": "cq_ex_refused", "what": "timestamp", "null": 1, "errno": EOPNOTSUPP}
+    assert pair.one("cq_ex_refused", what="pd") == {"op": "cq_ex_refused", "what": "pd", "null": 1, "errno": EINVAL}
+    assert pair.one("cq_ex_empty") == {"op": "cq_ex_empty", "rc": ENOENT, "ts_reader": 0}
+    # the extended poll reads what poll_cq reads, field by field, on the same CQs
+    assert pair.one("cq_ex_poll") == {
+        "op": "cq_ex_poll",
+        "same": 1,
+        "send_ops": [WC_SEND, WC_RDMA_WRITE, WC_RDMA_WRITE, WC_RDMA_READ],
+        "recv_ops": [WC_RECV, WC_RECV_RDMA_WITH_IMM],
+        "imm": [0x1000, 0x1001],
+        "src_qp_ok": 1,
+        "recv_flags": [2, 2],  # IBV_WC_WITH_IMM
+    }
+
+
+def test_extended_post_goes_through_the_same_checks_and_queue(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "ext_post")
+    refused = {x["what"]: (x["null"], x["errno"]) for x in pair.ops("qp_ex_refused")}
+    assert refused == {
+        "send_with_inv": (1, EOPNOTSUPP),  # not modelled
+        "tso": (1, EOPNOTSUPP),
+        "no_pd": (1, EINVAL),  # an RC QP needs its PD
+        "unknown_mask": (1, EINVAL),
+    }
+    # a pointer per asked opcode; ibv_qp_to_qp_ex is NULL without send_ops_flags
+    assert pair.one("qp_ex_ops") == {
+        "op": "qp_ex_ops", "write": 1, "send": 0, "read": 0, "classic_qp_ex": 0, "pd_only_qp_ex": 0}
+    # one batch of every RC opcode: completions in order, every byte where it belongs and nowhere else
+    assert pair.one("ext_batch") == {
+        "op": "ext_batch",
+        "rc": 0,
+        "completions_ok": 1,
+        "send_ops": [WC_RDMA_WRITE, WC_RDMA_WRITE, WC_SEND, WC_SEND, WC_RDMA_READ],
+        # the responder's receives: WRITE_WITH_IMM (two SGEs), SEND inline, SEND_WITH_IMM inline list
+        "recv": [[WC_RECV_RDMA_WITH_IMM, 1000, 0xABC], [WC_RECV, 64, 0], [WC_RECV, 40, 0xDEF]],
+        "write": 0, "write_imm": 0, "send": 0, "send_imm": 0, "read": 0, "around": 0,
+    }
+    # wr_abort drops the batch: no completion, no send-queue slot, no byte moved
+    assert pair.one("ext_abort") == {"op": "ext_abort", "quiet": 1, "outstanding": 0, "untouched": 0}
+    # a failing WR fails wr_complete with its errno and, as mlx5, drops the batch before it too
+    for op in ("ext_bad_sge", "ext_bad_post"):
+        assert pair.one(op) == {"op": op, "rc": EINVAL, "quiet": 1, "outstanding": 0, "untouched": 0}
+    assert pair.one("ext_bad_inline") == {"op": "ext_bad_inline", "rc": EINVAL, "quiet": 1}
+    # the keys are checked as for post_send
+    assert pair.one("ext_bad_rkey") == {"op": "ext_bad_rkey", "rc": 0, "wr_id": 0xF6, "status": REM_ACCESS_ERR}
+
+
 # ------------------------------------------------------------ destroy, EBUSY --
 
 
