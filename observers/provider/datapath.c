@@ -65,7 +65,7 @@ struct hello_reply {
 	uint32_t status;
 };
 
-enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM };
+enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD };
 #define REQ_SOLICITED 1
 
 struct req_hdr {
@@ -78,6 +78,18 @@ struct req_hdr {
 	uint32_t imm;
 	uint32_t seq;
 };
+
+/* Follows the header of an atomic request; its answer carries the 8 bytes
+ * the remote memory held. */
+struct atomic_args {
+	uint64_t compare_add;
+	uint64_t swap;
+};
+
+/* Atomics of this process's responders are atomic with respect to each
+ * other (the guarantee IBV_ATOMIC_HCA gives), whatever the alignment of the
+ * host address behind an aligned iova. */
+static pthread_mutex_t atomic_lock = PTHREAD_MUTEX_INITIALIZER;
 
 enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR };
 
@@ -314,6 +326,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_BIND_MW;
 	case IBV_WR_LOCAL_INV:
 		return IBV_WC_LOCAL_INV;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return IBV_WC_FETCH_ADD;
 	default:
 		return IBV_WC_RDMA_WRITE;
 	}
@@ -480,6 +496,8 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 
 	switch (w->opcode) {
 	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		if (inl)
 			return EINVAL;
 		break;
@@ -496,8 +514,13 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 		break;
 	case IBV_WR_LOCAL_INV:
 		break;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_TSO:
+	case IBV_WR_DRIVER1:
+	case IBV_WR_ATOMIC_WRITE:
+		return EOPNOTSUPP; /* known, not modelled: mlx5's "not supported" */
 	default:
-		return EINVAL; /* atomics, TSO, SEND_WITH_INV: not modelled */
+		return EINVAL;
 	}
 	if (w->num_sge < 0 || (uint32_t)w->num_sge > q->cap.max_send_sge)
 		return EINVAL;
@@ -520,6 +543,13 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 	e->num_sge = w->num_sge;
 	e->len = len;
 	e->mw = NULL;
+	if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		/* wr.atomic, not wr.rdma: rkey sits after the two operands */
+		e->rkey = w->wr.atomic.rkey;
+		e->raddr = w->wr.atomic.remote_addr;
+		e->compare_add = w->wr.atomic.compare_add;
+		e->swap = w->wr.atomic.swap;
+	}
 	if (w->opcode == IBV_WR_BIND_MW) {
 		e->mw = w->bind_mw.mw;
 		e->new_rkey = w->bind_mw.rkey;
@@ -735,6 +765,30 @@ static void x_send_imm(struct ibv_qp_ex *qx, __be32 imm)
 	x_rdma(qx, IBV_WR_SEND_WITH_IMM, 0, 0, imm);
 }
 
+static void x_atomic(struct ibv_qp_ex *qx, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr,
+		     uint64_t compare_add, uint64_t swap)
+{
+	struct xwr *x = xb_new(xq(qx), op);
+
+	if (x) {
+		x->wr.wr.atomic.rkey = rkey;
+		x->wr.wr.atomic.remote_addr = raddr;
+		x->wr.wr.atomic.compare_add = compare_add;
+		x->wr.wr.atomic.swap = swap;
+	}
+}
+
+static void x_atomic_cmp_swp(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr, uint64_t compare,
+			     uint64_t swap)
+{
+	x_atomic(qx, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, raddr, compare, swap);
+}
+
+static void x_atomic_fetch_add(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr, uint64_t add)
+{
+	x_atomic(qx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
+}
+
 static void x_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
 	struct xwr *x = xb_new(xq(qx), IBV_WR_LOCAL_INV);
@@ -831,6 +885,10 @@ void qp_ex_init_ops(struct pqp *q, uint64_t ops)
 		x->wr_send = x_send;
 	if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM)
 		x->wr_send_imm = x_send_imm;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)
+		x->wr_atomic_cmp_swp = x_atomic_cmp_swp;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+		x->wr_atomic_fetch_add = x_atomic_fetch_add;
 	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
 		x->wr_local_inv = x_local_inv;
 	if (ops & IBV_QP_EX_WITH_BIND_MW)
@@ -1300,6 +1358,49 @@ static void release_sges(struct pqp *q, int n, struct memref *mem)
 		mem_release(q->c, &mem[i]);
 }
 
+static int is_atomic(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* Total length of a WR's scatter list. */
+static uint64_t sge_total(const struct swqe *e)
+{
+	uint64_t len = 0;
+	int i;
+
+	for (i = 0; i < e->num_sge; i++)
+		len += e->sge[i].length;
+	return len;
+}
+
+/* An atomic: the header and its operands; the local SGE (8 bytes at least,
+ * writable) receives the original value when rx reads the answer. */
+static int tx_atomic(struct pqp *q, int fd, struct swqe *e)
+{
+	struct memref mem[32];
+	struct req_hdr h;
+	struct atomic_args a = { e->compare_add, e->swap };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { &a, sizeof(a) } };
+
+	if (sge_total(e) < 8) {
+		e->status = IBV_WC_LOC_LEN_ERR;
+		return TX_LOCAL_ERR;
+	}
+	if (acquire_sges(q, e, IBV_ACCESS_LOCAL_WRITE, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR;
+		return TX_LOCAL_ERR;
+	}
+	release_sges(q, e->num_sge, mem); /* rx checks them again when landing */
+	memset(&h, 0, sizeof(h));
+	h.op = e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? OP_CMP_SWP : OP_FETCH_ADD;
+	h.rkey = e->rkey;
+	h.raddr = e->raddr;
+	h.len = 8;
+	h.seq = (uint32_t)e->seq;
+	return sendv_all(fd, iov, 2) ? TX_IOERR : TX_OK;
+}
+
 static int tx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1311,6 +1412,8 @@ static int tx_one(struct pqp *q, int fd, struct swqe *e)
 		e->status = local_op(q, e);
 		return e->status == IBV_WC_SUCCESS ? TX_OK : TX_LOCAL_ERR;
 	}
+	if (is_atomic(e->opcode))
+		return tx_atomic(q, fd, e);
 	/* Local keys first: a bad lkey never puts a request on the wire. */
 	if (acquire_sges(q, e, e->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0, mem)) {
 		e->status = IBV_WC_LOC_PROT_ERR;
@@ -1469,6 +1572,30 @@ static enum ibv_wc_status nak_status(int s)
 	}
 }
 
+/* The original value of an atomic, into the first 8 bytes of its SGEs. */
+static int rx_atomic(struct pqp *q, int fd, struct swqe *e, const struct resp_hdr *h)
+{
+	struct memref mem[32];
+	struct iovec iov[32];
+	int cnt;
+
+	if (h->len != 8) {
+		e->status = IBV_WC_BAD_RESP_ERR;
+		return RX_NAK;
+	}
+	if (acquire_sges(q, e, IBV_ACCESS_LOCAL_WRITE, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR;
+		return discard(fd, 8) ? RX_IOERR : RX_NAK;
+	}
+	cnt = slice(e->sge, mem, e->num_sge, 0, 8, iov, 32);
+	if (recvv_q(q, fd, iov, cnt)) {
+		release_sges(q, e->num_sge, mem);
+		return RX_IOERR;
+	}
+	release_sges(q, e->num_sge, mem);
+	return RX_OK;
+}
+
 static int rx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1485,6 +1612,8 @@ static int rx_one(struct pqp *q, int fd, struct swqe *e)
 		e->status = nak_status(h.status);
 		return RX_NAK;
 	}
+	if (is_atomic(e->opcode))
+		return rx_atomic(q, fd, e, &h);
 	if (e->opcode != IBV_WR_RDMA_READ) {
 		stat_add(q->c, S_WRITE_BYTES_SENT, e->len);
 		return RX_OK;
@@ -1743,6 +1872,43 @@ static int land(struct pqp *q, int fd, const struct ibv_sge *sge, const struct m
 	return 0;
 }
 
+/* One atomic request: 0 answered, 1 NAK sent (this QP goes to ERR), -1 the
+ * connection ended.  A misaligned address is an invalid request, a key or
+ * QP without IBV_ACCESS_REMOTE_ATOMIC an access error, as on an RNIC. */
+static int serve_atomic(struct pqp *q, int fd, const struct req_hdr *r)
+{
+	struct atomic_args a;
+	struct memref m;
+	uint64_t old, val;
+	struct resp_hdr h;
+	struct iovec iov[2] = { { &h, sizeof(h) }, { &old, sizeof(old) } };
+
+	if (recv_all(fd, &a, sizeof(a)))
+		return -1;
+	if (r->raddr & 7) {
+		send_resp(fd, R_NAK_INV_REQ, r, 0);
+		return 1;
+	}
+	if (!(__atomic_load_n(&q->access, __ATOMIC_ACQUIRE) & IBV_ACCESS_REMOTE_ATOMIC) ||
+	    mem_acquire(q->c, q->qp.pd, q, r->rkey, r->raddr, 8, IBV_ACCESS_REMOTE_ATOMIC, 1, &m)) {
+		send_resp(fd, R_NAK_ACCESS, r, 0);
+		return 1;
+	}
+	/* Host byte order, as rxe: the memory is a native 64-bit integer. */
+	pthread_mutex_lock(&atomic_lock);
+	memcpy(&old, m.ptr, sizeof(old));
+	val = r->op == OP_CMP_SWP ? (old == a.compare_add ? a.swap : old) : old + a.compare_add;
+	memcpy(m.ptr, &val, sizeof(val));
+	pthread_mutex_unlock(&atomic_lock);
+	mem_release(q->c, &m);
+	memset(&h, 0, sizeof(h));
+	h.status = R_ACK;
+	h.op = r->op;
+	h.seq = r->seq;
+	h.len = 8;
+	return sendv_all(fd, iov, 2) ? -1 : 0;
+}
+
 /* Serve one connection; returns when it ends.  1 = a NAK was sent (class C
  * error: this QP is now in ERR and the caller drains the connection). */
 static int serve(struct pqp *q, int fd, int rnr_retry)
@@ -1888,6 +2054,12 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				return 0;
 			break;
 		}
+		case OP_CMP_SWP:
+		case OP_FETCH_ADD:
+			rc = serve_atomic(q, fd, &r);
+			if (rc)
+				return rc > 0;
+			break;
 		default:
 			send_resp(fd, R_NAK_OP, &r, 0);
 			return 1;

@@ -708,7 +708,7 @@ PROV_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr
 	attr->max_qp_rd_atom = 16;
 	attr->max_qp_init_rd_atom = 16;
 	attr->max_res_rd_atom = 1 << 20;
-	attr->atomic_cap = IBV_ATOMIC_NONE;
+	attr->atomic_cap = IBV_ATOMIC_HCA;
 	attr->max_mw = 1 << 20;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 16;

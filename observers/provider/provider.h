@@ -222,6 +222,7 @@ struct swqe {
 	uint32_t imm;            /* network order, as given */
 	uint32_t rkey;
 	uint64_t raddr;
+	uint64_t compare_add, swap; /* atomics */
 	int num_sge;
 	struct ibv_sge *sge;     /* max_send_sge entries of qp->sge_pool */
 	uint8_t *inl;            /* copy of inline data (max_inline_data) */

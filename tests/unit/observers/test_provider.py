@@ -510,6 +510,32 @@ def test_extended_post_goes_through_the_same_checks_and_queue(build, hosts, tmp_
     assert pair.one("ext_bad_rkey") == {"op": "ext_bad_rkey", "rc": 0, "wr_id": 0xF6, "status": REM_ACCESS_ERR}
 
 
+WC_COMP_SWAP, WC_FETCH_ADD, ATOMIC_HCA = 3, 4, 1
+
+
+def test_rc_atomics(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "atomics")
+    values = pair.one("atomic_values")
+    assert values["cap"] == ATOMIC_HCA
+    assert values["status"] == [SUCCESS] * 5
+    assert values["opcodes"] == [WC_COMP_SWAP, WC_COMP_SWAP, WC_FETCH_ADD, WC_COMP_SWAP, WC_FETCH_ADD]
+    assert values["byte_len"] == 8
+    # 5 -> swap(5, 9) -> 9, swap(1, 7) leaves 9, add 2^32 + 1; then 100 -> swap(100, 200) -> add 22
+    assert values["orig"] == [5, 9, 9, 100, 200]
+    assert values["remote"] == [9 + 0x100000001, 222]
+    assert values["around"] == 0  # 8 bytes each, nothing else touched
+    assert pair.one("not_modelled") == {"op": "not_modelled", "send_with_inv": EOPNOTSUPP, "atomic_write": EOPNOTSUPP}
+    assert pair.one("atomic_errors") == {
+        "op": "atomic_errors",
+        "misaligned": REM_INV_REQ_ERR,
+        "mr_no_atomic": REM_ACCESS_ERR,
+        "qp_no_atomic": REM_ACCESS_ERR,
+        "out_of_bounds": REM_ACCESS_ERR,
+    }
+    concurrent = pair.one("atomic_concurrent")
+    assert concurrent["counter"] == concurrent["expect"] == 800 and concurrent["distinct"] == 1
+
+
 # ------------------------------------------------------------ destroy, EBUSY --
 
 
