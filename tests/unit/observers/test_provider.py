@@ -536,6 +536,43 @@ def test_rc_atomics(build, hosts, tmp_path):
     assert concurrent["counter"] == concurrent["expect"] == 800 and concurrent["distinct"] == 1
 
 
+EVENT_SRQ_LIMIT_REACHED = 15
+
+
+def test_shared_receive_queue(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "srq")
+    assert pair.one("srq_caps") == {"op": "srq_caps", "max_srq": 1 << 16, "max_srq_wr": 32767, "max_srq_sge": 30}
+    assert pair.one("srq_refused") == {"op": "srq_refused", "max_wr": EINVAL, "max_sge": EINVAL}
+    assert pair.one("srq_ex_xrc") == {"op": "srq_ex_xrc", "null": 1, "errno": EOPNOTSUPP}  # not modelled
+    # two QPs take the SRQ's receives in order (bytes checked where each receive pointed)
+    assert pair.one("srq_shared") == {
+        "op": "srq_shared",
+        "wr_ids": [0x50, 0x51, 0x52, 0x53],
+        "qp_post_recv": EINVAL,
+        "too_many_sge": EINVAL,
+    }
+    assert pair.one("srq_sizes") == {"op": "srq_sizes", "full": ENOMEM, "shrink_below_queued": EINVAL, "max_wr": 16}
+    # armed at 6 with 8 queued: the event comes when the third receive leaves 5, not before
+    assert pair.one("srq_limit") == {
+        "op": "srq_limit",
+        "too_high": EINVAL,
+        "armed": 6,
+        "readable": [0, 0, 1],
+        "event": EVENT_SRQ_LIMIT_REACHED,
+        "is_srq": 1,
+    }
+    # fired once, disarmed; an empty SRQ holds a SEND back until a receive is posted
+    assert pair.one("srq_after_event") == {"op": "srq_after_event", "limit": 0, "waited": 1}
+    assert pair.one("srq_destroy") == {
+        "op": "srq_destroy",
+        "in_use": EBUSY,
+        "still_in_use": EBUSY,
+        "held": 1,
+        "free": 0,
+        "held_after": 0,
+    }
+
+
 # ------------------------------------------------------------ destroy, EBUSY --
 
 
