@@ -3,7 +3,8 @@
 The server runs on fake host A (GIDs 127.0.1.x), the client on fake host B (127.0.2.x); each picks
 the provider with LD_LIBRARY_PATH and ORBITE_PROVIDER_ROOT.  Their out-of-band TCP exchange uses a
 free ephemeral loopback port, so nothing collides with a simulated lab.  perftest runs in its default
-posting mode (the extended QP's wr_* family), ibv_rc_pingpong checks the received bytes (-c).
+posting mode (the extended QP's wr_* family), ibv_rc_pingpong checks the received bytes (-c),
+ibv_srq_pingpong serves several QPs from one shared receive queue.
 librdmacm's programs have no RDMA CM here (no /dev/infiniband/rdma_cm): they must end with their own
 error, never a signal.
 """
@@ -113,6 +114,17 @@ def test_rc_pingpong_checks_every_byte(provider, hosts):
         assert "remote address: LID 0x0000, QPN" in out and f"GID ::ffff:{remote}" in out, out
         assert f"{ITERS} iters in" in out, out
         assert "Failed status" not in out and "data check" not in out.lower(), out
+
+
+def test_srq_pingpong_serves_every_qp_from_one_shared_receive_queue(provider, hosts):
+    _need("ibv_srq_pingpong", VERBS_UTILS)
+    port, qps = _free_port(), 4
+    args = ["ibv_srq_pingpong", "-d", "mlx5_0", "-g", "3", "-n", str(ITERS), "-q", str(qps), "-p", str(port)]
+    sout, cout = run_pair(provider, hosts, args, [*args, "127.0.0.1"], port)
+    for out, remote in ((sout, "127.0.2.10"), (cout, "127.0.1.10")):
+        assert out.count("remote address: LID 0x0000, QPN") == qps, out
+        assert out.count(f"GID ::ffff:{remote}") == qps, out
+        assert f"{ITERS} iters in" in out, out
 
 
 # ---------------------------------------------------------------- perftest --
