@@ -17,7 +17,14 @@ import subprocess
 import time
 
 import pytest
-from helpers.native import build_provider, provider_env, verbs_headers_missing, write_provider_host
+from helpers.native import (
+    SANITIZER_MARKS,
+    build_provider,
+    libasan,
+    provider_env,
+    verbs_headers_missing,
+    write_provider_host,
+)
 
 _MISSING = verbs_headers_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"the provider cannot be built: {_MISSING}")
@@ -29,9 +36,29 @@ VERBS_UTILS = "ibverbs-utils"
 RDMACM_UTILS = "rdmacm-utils"
 
 
-@pytest.fixture(scope="module")
-def provider(tmp_path_factory):
-    return build_provider(tmp_path_factory.mktemp("prov-clients"))
+class Provider:
+    def __init__(self, path, asan_lib):
+        self.path = path
+        self.asan_lib = asan_lib
+
+    def env(self, root):
+        return provider_env(self.path, root, self.asan_lib)
+
+
+@pytest.fixture(scope="module", params=["plain", "asan"])
+def provider(request, tmp_path_factory):
+    asan_lib = None
+    if request.param == "asan":
+        asan_lib = libasan()
+        if asan_lib is None:
+            pytest.skip("libasan is not installed (gcc's AddressSanitizer runtime)")
+    out = tmp_path_factory.mktemp(f"prov-clients-{request.param}")
+    return Provider(build_provider(out, san=asan_lib is not None), asan_lib)
+
+
+def _no_sanitizer_report(out):
+    for mark in SANITIZER_MARKS:
+        assert mark not in out, out
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +98,7 @@ def run_pair(provider, hosts, server_args, client_args, port):
     """Server on host A, then (once it listens on <port>) the client on host B; both bounded."""
     server = subprocess.Popen(
         server_args,
-        env=provider_env(provider, hosts[0]),
+        env=provider.env(hosts[0]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -84,7 +111,7 @@ def run_pair(provider, hosts, server_args, client_args, port):
             time.sleep(0.05)
         client = subprocess.run(
             client_args,
-            env=provider_env(provider, hosts[1]),
+            env=provider.env(hosts[1]),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -96,6 +123,8 @@ def run_pair(provider, hosts, server_args, client_args, port):
         if server.poll() is None:
             server.kill()
             server.communicate()
+    _no_sanitizer_report(client.stdout)
+    _no_sanitizer_report(sout)
     assert client.returncode == 0, f"client {client_args}: rc {client.returncode}\n{client.stdout}"
     assert server.returncode == 0, f"server {server_args}: rc {server.returncode}\n{sout}"
     return sout, client.stdout
@@ -189,12 +218,13 @@ def test_librdmacm_programs_end_with_their_own_error(provider, hosts, args, pack
         args = [*args[:1], "-p", str(port), *args[1:]]
     done = subprocess.run(
         args,
-        env=provider_env(provider, hosts[0]),
+        env=provider.env(hosts[0]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         timeout=TIMEOUT,
         check=False,
     )
+    _no_sanitizer_report(done.stdout)
     assert done.returncode > 0, f"{args}: rc {done.returncode} (a signal is < 0)\n{done.stdout}"
     assert message in done.stdout, done.stdout
