@@ -24,7 +24,7 @@
 
 static struct pctx *ctx_of(struct ibv_context *ctx)
 {
-	return (struct pctx *)ctx;
+	return pctx_of(ctx);
 }
 
 static void cond_init(pthread_cond_t *cv)
@@ -536,8 +536,9 @@ PROV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 
 static uint64_t next_cq_id = 1;
 
-PROV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
-					 struct ibv_comp_channel *channel, int comp_vector)
+/* One CQ for ibv_create_cq and ibv_create_cq_ex (same ring, same poll). */
+static struct pcq *cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct pctx *c = ctx_of(ctx);
 	struct pcq *q;
@@ -572,7 +573,48 @@ PROV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void 
 	c->cqs = q;
 	pthread_mutex_unlock(&c->lock);
 	held_add(H_CQ, 1);
-	return &q->cq;
+	return q;
+}
+
+PROV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+					 struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct pcq *q = cq_create(ctx, cqe, cq_context, channel, comp_vector);
+
+	return q ? &q->cq : NULL;
+}
+
+/* The wc_flags mlx5 serves that the model fills; timestamps, CVLAN, flow
+ * tags and tag matching are not modelled. */
+#define CQ_EX_WC_FLAGS                                                                     \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |            \
+	 IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |                 \
+	 IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct ibv_cq_ex *obj_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct pcq *q;
+
+	/* mlx5: an unknown comp_mask bit or a PD that is no parent domain
+	 * (none is modelled) is EINVAL; a wc_flag or flag it cannot serve is
+	 * EOPNOTSUPP. */
+	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) ||
+	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) ||
+	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     (attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	q = cq_create(ctx, (int)attr->cqe, attr->cq_context, attr->channel, (int)attr->comp_vector);
+	if (!q)
+		return NULL;
+	q->wc_flags = attr->wc_flags;
+	cq_ex_init_ops(q);
+	return &q->cqx;
 }
 
 static void free_cq(struct pcq *q)
@@ -665,11 +707,184 @@ PROV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	pthread_mutex_unlock(&cq->mutex);
 }
 
-/* ------------------------------------------------------------------- QP -- */
+/* ------------------------------------------------------------------ SRQ -- */
 
-#define MAX_WR 32768
-#define MAX_SGE 30
-#define MAX_INLINE 512
+int rq_ring_alloc(uint32_t n, uint32_t nsge, struct rwqe **rq, struct ibv_sge **pool)
+{
+	uint32_t i;
+
+	*rq = calloc(n, sizeof(**rq));
+	*pool = calloc((size_t)n * nsge, sizeof(**pool));
+	if (!*rq || !*pool) {
+		free(*rq);
+		free(*pool);
+		return -1;
+	}
+	for (i = 0; i < n; i++)
+		(*rq)[i].sge = *pool + (size_t)i * nsge;
+	return 0;
+}
+
+static void free_srq(struct psrq *s)
+{
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->srq.mutex);
+	pthread_cond_destroy(&s->srq.cond);
+	free(s->rq);
+	free(s->sge_pool);
+	free(s);
+	held_add(H_SRQ, -1);
+}
+
+/* As mlx5: max_wr up to max_srq_wr, max_sge up to max_srq_sge (EINVAL
+ * beyond); srq_limit is not armed at creation (ibv_modify_srq arms it). */
+PROV_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct pctx *c = ctx_of(pd->context);
+	struct psrq *s;
+	uint32_t n = attr->attr.max_wr, nsge = attr->attr.max_sge;
+
+	if (n == 0 || n > MAX_WR - 1 || nsge > MAX_SGE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!nsge)
+		nsge = 1;
+	s = calloc(1, sizeof(*s));
+	if (!s || rq_ring_alloc(n, nsge, &s->rq, &s->sge_pool)) {
+		free(s);
+		errno = ENOMEM;
+		return NULL;
+	}
+	s->c = c;
+	s->max_wr = n;
+	s->max_sge = attr->attr.max_sge;
+	pthread_mutex_init(&s->lock, NULL);
+	cond_init(&s->cond);
+	s->srq.context = pd->context;
+	s->srq.srq_context = attr->srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = ctx_new_handle(c);
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	pthread_mutex_lock(&c->lock);
+	s->next = c->srqs;
+	c->srqs = s;
+	pd_use(pd, 1);
+	pthread_mutex_unlock(&c->lock);
+	held_add(H_SRQ, 1);
+	return &s->srq;
+}
+
+/* Reached for what ibv_create_srq_ex does not hand to ibv_create_srq: XRC
+ * and tag-matching SRQs are not modelled. */
+struct ibv_srq *obj_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr)
+{
+	uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			 IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+
+	if ((attr->comp_mask & ~known) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd ||
+	    attr->pd->context != ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_BASIC &&
+	    !(attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM))) {
+		struct ibv_srq_init_attr a = { attr->srq_context, attr->attr };
+		struct ibv_srq *srq = ibv_create_srq(attr->pd, &a);
+
+		return srq;
+	}
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+PROV_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	struct psrq *s = (struct psrq *)srq;
+	int ret = 0;
+
+	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
+		return EINVAL;
+	pthread_mutex_lock(&s->lock);
+	if (mask & IBV_SRQ_MAX_WR) {
+		/* A resize keeps what is queued (rxe's rule: not below it). */
+		uint32_t n = attr->max_wr, nsge = s->max_sge ? s->max_sge : 1;
+		struct rwqe *rq;
+		struct ibv_sge *pool;
+		uint64_t k;
+
+		if (n == 0 || n > MAX_WR - 1 || n < s->head - s->tail ||
+		    ((mask & IBV_SRQ_LIMIT) ? attr->srq_limit : s->limit) > n) {
+			ret = EINVAL;
+		} else if (rq_ring_alloc(n, nsge, &rq, &pool)) {
+			ret = ENOMEM;
+		} else {
+			for (k = s->tail; k < s->head; k++) {
+				struct rwqe *from = &s->rq[k % s->max_wr], *to = &rq[(k - s->tail) % n];
+
+				to->wr_id = from->wr_id;
+				to->num_sge = from->num_sge;
+				memcpy(to->sge, from->sge, sizeof(*to->sge) * (size_t)from->num_sge);
+			}
+			free(s->rq);
+			free(s->sge_pool);
+			s->rq = rq;
+			s->sge_pool = pool;
+			s->head -= s->tail;
+			s->tail = 0;
+			s->max_wr = n;
+		}
+	}
+	if (!ret && (mask & IBV_SRQ_LIMIT)) {
+		if (attr->srq_limit > s->max_wr)
+			ret = EINVAL;
+		else
+			s->limit = attr->srq_limit; /* 0 disarms */
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+PROV_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct psrq *s = (struct psrq *)srq;
+
+	pthread_mutex_lock(&s->lock);
+	attr->max_wr = s->max_wr;
+	attr->max_sge = s->max_sge;
+	attr->srq_limit = s->limit;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+PROV_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct psrq *s = (struct psrq *)srq, **pp;
+	struct pctx *c = s->c;
+	int ret = uverbs_destroy(srq->context, UVERBS_OBJECT_SRQ, UVERBS_METHOD_SRQ_DESTROY,
+				 IB_USER_VERBS_CMD_DESTROY_SRQ, srq->handle, 1);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	if (s->usecnt) {
+		pthread_mutex_unlock(&c->lock);
+		return EBUSY;
+	}
+	for (pp = &c->srqs; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pd_use(srq->pd, -1);
+	pthread_mutex_unlock(&c->lock);
+	free_srq(s);
+	return 0;
+}
+
+/* ------------------------------------------------------------------- QP -- */
 
 static uint32_t qpn_seq;
 
@@ -742,10 +957,14 @@ static void free_qp_mem(struct pqp *q)
 	pthread_cond_destroy(&q->txcv);
 	pthread_mutex_destroy(&q->qp.mutex);
 	pthread_cond_destroy(&q->qp.cond);
+	qp_ex_free(q);
 	free(q);
 }
 
-PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* One QP for ibv_create_qp and ibv_create_qp_ex (is_ex: the latter with
+ * IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, the wr_* family for send_ops). */
+static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int is_ex,
+				uint64_t send_ops)
 {
 	struct pctx *c = ctx_of(pd->context);
 	struct ibv_qp_cap *cap = &attr->cap;
@@ -756,10 +975,11 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 		errno = EOPNOTSUPP; /* only RC is modelled */
 		return NULL;
 	}
-	if (!attr->send_cq || !attr->recv_cq || attr->srq || cap->max_send_wr > MAX_WR ||
+	if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > MAX_WR ||
 	    cap->max_recv_wr > MAX_WR || cap->max_send_sge > MAX_SGE ||
 	    cap->max_recv_sge > MAX_SGE || cap->max_inline_data > MAX_INLINE ||
-	    attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context) {
+	    attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
+	    (attr->srq && attr->srq->context != pd->context)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -815,8 +1035,14 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 	q->qp.qp_num = (uint32_t)q->lport << 8 |
 		       (__atomic_fetch_add(&qpn_seq, 1, __ATOMIC_RELAXED) & 0xffu);
 	q->sq_sig_all = attr->sq_sig_all;
+	q->srq = (struct psrq *)attr->srq;
+	q->qp.srq = attr->srq;
 	q->pending_err = IBV_WC_SUCCESS;
 	q->stall_next = UINT64_MAX;
+	if (is_ex) {
+		q->is_ex = 1;
+		qp_ex_init_ops(q, send_ops);
+	}
 	if (qp_start_responder(q)) {
 		while (q->nlfd)
 			close(q->lfd[--q->nlfd]);
@@ -840,9 +1066,67 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 	pd_use(pd, 1);
 	((struct pcq *)attr->send_cq)->usecnt++;
 	((struct pcq *)attr->recv_cq)->usecnt++;
+	if (q->srq)
+		q->srq->usecnt++;
 	pthread_mutex_unlock(&c->lock);
 	held_add(H_QP, 1);
 	return &q->qp;
+}
+
+PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return qp_create(pd, attr, 0, 0);
+}
+
+/* The send_ops_flags the model serves on RC (mlx5 serves these and more:
+ * SEND_WITH_INV, TSO and ATOMIC_WRITE are not modelled). */
+#define QP_EX_SEND_OPS                                                                        \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |  \
+	 IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                          \
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+/* The comp_mask bits mlx5 knows; of them only PD, CREATE_FLAGS (no flag)
+ * and SEND_OPS_FLAGS are modelled. */
+#define QP_EX_MLX5_MASK                                                                     \
+	(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |      \
+	 IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH | \
+	 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+
+struct ibv_qp *obj_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_init_attr a;
+	uint32_t mask = attr->comp_mask;
+	int is_ex = (mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+
+	if ((mask & ~(uint32_t)QP_EX_MLX5_MASK) || !(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd ||
+	    attr->pd->context != ctx) {
+		errno = EINVAL; /* an RC QP needs its PD */
+		return NULL;
+	}
+	if ((mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+				IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
+	    ((mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+	    (is_ex && (attr->send_ops_flags & ~(uint64_t)QP_EX_SEND_OPS))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_context = attr->qp_context;
+	a.send_cq = attr->send_cq;
+	a.recv_cq = attr->recv_cq;
+	a.srq = attr->srq;
+	a.cap = attr->cap;
+	a.qp_type = attr->qp_type;
+	a.sq_sig_all = attr->sq_sig_all;
+	return qp_create(attr->pd, &a, is_ex, is_ex ? attr->send_ops_flags : 0);
+}
+
+PROV_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct pqp *q = (struct pqp *)qp;
+
+	/* As rdma-core: NULL, errno untouched, for a QP without send_ops. */
+	return q->is_ex ? &q->qpx : NULL;
 }
 
 /* Required attributes of each RC transition, as the kernel's state table. */
@@ -1023,6 +1307,7 @@ PROV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int ma
 	init->cap = q->cap;
 	init->qp_type = qp->qp_type;
 	init->sq_sig_all = q->sq_sig_all;
+	init->srq = qp->srq;
 	pthread_mutex_unlock(&q->lock);
 	return 0;
 }
@@ -1044,6 +1329,8 @@ static void qp_release_locked(struct pctx *c, struct pqp *q)
 	pd_use(q->qp.pd, -1);
 	((struct pcq *)q->qp.send_cq)->usecnt--;
 	((struct pcq *)q->qp.recv_cq)->usecnt--;
+	if (q->srq)
+		q->srq->usecnt--;
 }
 
 static void qp_teardown(struct pqp *q)
@@ -1103,6 +1390,12 @@ void objects_close_context(struct pctx *c)
 			held_add(H_MR, -1);
 		}
 		c->keys[i].kind = KEY_FREE;
+	}
+	while (c->srqs) {
+		struct psrq *sq = c->srqs;
+
+		c->srqs = sq->next;
+		free_srq(sq);
 	}
 	while ((cq = c->cqs)) {
 		c->cqs = cq->next;

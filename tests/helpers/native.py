@@ -27,3 +27,55 @@ def libasan():
     out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=False)
     path = out.stdout.strip()
     return path if out.returncode == 0 and os.path.isabs(path) and os.path.exists(path) else None
+
+
+INSTALLED_LIBIBVERBS = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+
+
+def build_provider(out, san=False):
+    """Builds the loopback verbs provider (with ASan + UBSan if <san>) into <out>/provider; returns that directory."""
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    done = subprocess.run(
+        ["make", "-s", "-C", os.path.join(repo, "observers"), f"OUT={out}", "provider", *(["SAN=1"] if san else [])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return os.path.join(str(out), "provider")
+
+
+def write_provider_host(root, index, hostname):
+    """A sim-lab host (two mlx5-like RoCE devices) whose IPv4 GIDs (index 2/3) are 127.0.<index+1>.1x."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
+
+    spec = fake_sysfs.sim_host_spec(index, hostname)
+    for k, dev in enumerate(spec["devices"]):
+        gids = dev["ports"][0]["gids"]
+        gids["2"], gids["3"] = fake_sysfs.roce_gid_pair(f"127.0.{index + 1}.{10 + k}", gids["2"]["ndev"])
+    fake_sysfs.write_host(str(root), spec)
+    return root
+
+
+def provider_env(provider_dir, root, asan_lib=None):
+    """The environment that makes a program use the provider on the fake host <root>; with <asan_lib>
+    (a SAN=1 provider in a program built without it) the sanitizer runtime is preloaded first."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORBITE_") and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=str(provider_dir), ORBITE_PROVIDER_ROOT=str(root))
+    if asan_lib:
+        # rdma-core's clients do not free everything at exit: leaks are theirs, not the provider's.
+        env.update(LD_PRELOAD=asan_lib, ASAN_OPTIONS="detect_leaks=0:exitcode=23")
+        env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+    return env
+
+
+def dynamic_symbols(lib):
+    """The defined dynamic symbols of a shared library as name@version strings (readelf's spelling)."""
+    out = subprocess.run(["readelf", "--dyn-syms", "-W", str(lib)], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[0].endswith(":") and cols[6] != "UND" and cols[3] != "SECTION":
+            found.add(cols[7].split(" ")[0])
+    return found
