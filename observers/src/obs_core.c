@@ -226,6 +226,26 @@ static struct obs_hook *find_hook(const char *name)
 	return NULL;
 }
 
+/* libibverbs when it is not in the global scope: a program that dlopens it
+ * (or a library linked to it, as Python loads pyverbs) with RTLD_LOCAL.
+ * RTLD_NEXT then finds nothing; the library is already loaded (the caller
+ * holds a device from it), and dlopen by its soname with RTLD_NOLOAD finds
+ * that very object without loading another.  The handle is kept: it keeps
+ * the library mapped while its functions are remembered. */
+static void *verbs_lib;
+
+static void *local_verbs_lib(void)
+{
+	void *h = __atomic_load_n(&verbs_lib, __ATOMIC_ACQUIRE);
+
+	if (!h) {
+		h = dlopen("libibverbs.so.1", RTLD_NOLOAD | RTLD_LAZY);
+		if (h)
+			__atomic_store_n(&verbs_lib, h, __ATOMIC_RELEASE);
+	}
+	return h;
+}
+
 void *obs_real(const char *name)
 {
 	struct obs_hook *h = find_hook(name);
@@ -240,6 +260,8 @@ void *obs_real(const char *name)
 	if (!real_dlsym_fn)
 		return NULL;
 	r = real_dlsym_fn(RTLD_NEXT, name);
+	if (!r && local_verbs_lib())
+		r = real_dlsym_fn(verbs_lib, name);
 	if (h && r == h->wrapper)
 		r = NULL;
 	if (h && r)

@@ -5,13 +5,17 @@
  * its own (own PD, MR and CQ, which the engine never polls), so the observers
  * only see the engine's side, as on a real host.
  *
- * Built twice: DRIVER_DIRECT links libibverbs.so.1 (the provider) directly;
- * the other build dlopens it with RTLD_LOCAL and dlsyms every entry point, as
- * engines using a loader do.  Needs ORBITE_PROVIDER_ROOT (a fake host with
- * mlx5_0 and mlx5_1 whose GID 3 is a local IPv4 address).
+ * Built three ways: DRIVER_DIRECT links libibverbs.so.1 (the provider)
+ * directly; the dlopen build dlopens it with RTLD_LOCAL and dlsyms every
+ * entry point, as engines using a loader do; DRIVER_SHARED makes the direct
+ * driver a library (libobs_engine.so, entry obs_driver_main) that the
+ * DRIVER_LOADER build dlopens with RTLD_LOCAL, so libibverbs is loaded but
+ * never global, as Python loads pyverbs.  Needs ORBITE_PROVIDER_ROOT (a fake
+ * host with mlx5_0 and mlx5_1 whose GID 3 is a local IPv4 address).
  * Usage: obs_driver <scenario> */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <limits.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -23,6 +27,30 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef DRIVER_LOADER
+/* The engine library sits in lib/ next to this program. */
+int main(int argc, char **argv)
+{
+	char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+	int (*entry)(int, char **);
+	char *slash;
+	void *h;
+
+	if (n <= 0)
+		return 4;
+	path[n] = '\0';
+	slash = strrchr(path, '/');
+	strcpy(slash ? slash + 1 : path, "lib/libobs_engine.so");
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "driver: %s\n", dlerror());
+		return 4;
+	}
+	*(void **)&entry = dlsym(h, "obs_driver_main");
+	return entry ? entry(argc, argv) : 4;
+}
+#else
 #include "orbite_provider.h"
 #include "qp_connect.h"
 
@@ -723,7 +751,12 @@ static void sc_digests(const char *variant)
 	free(r);
 }
 
+#ifdef DRIVER_SHARED
+__attribute__((visibility("default"))) int obs_driver_main(int argc, char **argv);
+int obs_driver_main(int argc, char **argv)
+#else
 int main(int argc, char **argv)
+#endif
 {
 	int n = 0;
 
@@ -761,3 +794,4 @@ int main(int argc, char **argv)
 	printf("{\"op\":\"done\"}\n");
 	return 0;
 }
+#endif

@@ -238,7 +238,12 @@ def test_make_names_the_missing_verbs_header(tmp_path):
 # --------------------------------------------------------------- accounting --
 
 
-@pytest.mark.parametrize("driver", ["obs_driver_direct", "obs_driver_dlopen"])
+# How an engine loads libibverbs: linked, dlopened RTLD_LOCAL and dlsymed, or linked to a library the engine
+# dlopens RTLD_LOCAL (libibverbs loaded, never global: Python's pyverbs).
+LOADINGS = ["obs_driver_direct", "obs_driver_dlopen", "obs_driver_local"]
+
+
+@pytest.mark.parametrize("driver", LOADINGS)
 def test_accounting_joins_each_accepted_payload_wr(build, driver, tmp_path):
     # Red check (join): in obs_core.c obs_poll_cq, removing `joined_wrs++;`
     # fails exactly this test and test_error_completions_use_the_recorded_wr.
@@ -247,6 +252,10 @@ def test_accounting_joins_each_accepted_payload_wr(build, driver, tmp_path):
     # threads test, the cq_fault tests and the qp-selector test.  The dlopen
     # variant guards the dlsym interposition in obs_core.c dlsym():
     # `return h->wrapper;` -> `return real;` fails the dlopen variants only.
+    # The local variant guards obs_real's fallback to the loaded library:
+    # without `r = real_dlsym_fn(verbs_lib, name);` RTLD_NEXT finds no
+    # ibv_open_device, the open fails with ENOSYS and every local variant
+    # fails (the driver's CHECK).
     r = run(build, "accounting", driver, "accounting", tmp_path)
     expected = _expected_payload_wrs(r)
     wrs = r.events("wr")
@@ -547,7 +556,7 @@ def test_the_log_name_gives_the_format_unless_one_is_set(build, tmp_path, name, 
 # ----------------------------------------------------------------- cq_fault --
 
 
-@pytest.mark.parametrize("driver", ["obs_driver_direct", "obs_driver_dlopen"])
+@pytest.mark.parametrize("driver", LOADINGS)
 def test_cq_fault_withholds_successful_payload_completions(build, driver, tmp_path):
     # Red check (withhold): in obs_poll_cq, deleting `drop = 1;` hands every
     # withheld completion to the engine: 502, 504 and 600 show up below.  It
@@ -695,7 +704,7 @@ def test_uverbs_fault_write_path_on_every_descriptor(build, tmp_path):
     assert Counter(e["kind"] for e in r.events("destroy")) == Counter({"qp": 4, "mw": 4, "mr": 4, "cq": 4, "pd": 4})
 
 
-@pytest.mark.parametrize("driver", ["obs_driver_direct", "obs_driver_dlopen"])
+@pytest.mark.parametrize("driver", LOADINGS)
 @pytest.mark.parametrize("kind", ["qp", "mr", "channel"])
 def test_uverbs_fault_records_a_retry_as_violation(build, driver, kind, tmp_path):
     # Red check: in uverbs_fault.c decide(), `retry = is_failed(fd, kind,
