@@ -626,6 +626,19 @@ def test_extended_batches_are_taken_whole_or_refused_whole(build, tmp_path):
     assert (r.summary["accepted_wrs"], r.summary["joined"]) == (8, 8)
 
 
+def test_an_aborted_batch_is_never_logged_and_inline_bytes_are_named(build, tmp_path):
+    # wr_abort drops its batch (900, 901 never posted); an inline WRITE's bytes were copied at the call and no
+    # MR names them: logged with its bytes, its range named, not hashed.  Red check: without the batch resets
+    # of obs_wr_start and obs_wr_abort (`r->n = 0;`, both), 900 and 901 are logged as accepted.
+    r = run(build, "accounting", "obs_driver_direct", "abort", tmp_path, api="ext")
+    assert [(w["wr_id"], w["opcode"], w["bytes"]) for w in r.events("wr")] == [
+        (902, "RDMA_WRITE", 64), (903, "RDMA_READ", 1000)]
+    data = {d["wr_id"]: d for d in r.events("data")}
+    assert (data[902]["sha256"], data[902]["flags"], data[902]["len"]) == (None, 4, 64)
+    assert data[903]["sha256"] is not None and data[903]["flags"] & NOT_HASHED == 0
+    assert (r.summary["accepted_wrs"], r.summary["joined"]) == (2, 2)
+
+
 def test_extended_threads_post_and_poll_concurrently(build, tmp_path):
     # Three posting threads (wr_* batches, resubmitted whole when the queue is full) and one extended poller.
     r = run(build, "accounting", "obs_driver_direct", "threads", tmp_path, api="ext")
