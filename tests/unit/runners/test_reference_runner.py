@@ -88,8 +88,9 @@ def test_rdma_core_offers_no_provider_hooks(runner, tmp_path):
     done = _run(runner, "--case", _case(tmp_path, verbs_library=None), "--output", str(out))
     assert done.returncode == 3, done.stderr
     ledger = _ledger(out)
-    assert ledger["verbs_library"] == {"path": "libibverbs.so.1", "sha256": None, "provider_hooks": {
-        "orbite_provider_ctx_counter": False, "orbite_provider_qp_outstanding": False}}
+    assert ledger["verbs_library"] == {"path": "libibverbs.so.1", "sha256": None, "dialect": "classic",
+                                       "provider_hooks": {"orbite_provider_ctx_counter": False,
+                                                          "orbite_provider_qp_outstanding": False}}
     assert ledger["errors"][0]["error"] == "Unavailable"
 
 
