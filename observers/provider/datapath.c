@@ -65,7 +65,7 @@ struct hello_reply {
 	uint32_t status;
 };
 
-enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM };
+enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD };
 #define REQ_SOLICITED 1
 
 struct req_hdr {
@@ -78,6 +78,18 @@ struct req_hdr {
 	uint32_t imm;
 	uint32_t seq;
 };
+
+/* Follows the header of an atomic request; its answer carries the 8 bytes
+ * the remote memory held. */
+struct atomic_args {
+	uint64_t compare_add;
+	uint64_t swap;
+};
+
+/* Atomics of this process's responders are atomic with respect to each
+ * other (the guarantee IBV_ATOMIC_HCA gives), whatever the alignment of the
+ * host address behind an aligned iova. */
+static pthread_mutex_t atomic_lock = PTHREAD_MUTEX_INITIALIZER;
 
 enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR };
 
@@ -314,6 +326,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_BIND_MW;
 	case IBV_WR_LOCAL_INV:
 		return IBV_WC_LOCAL_INV;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return IBV_WC_FETCH_ADD;
 	default:
 		return IBV_WC_RDMA_WRITE;
 	}
@@ -330,7 +346,7 @@ void cq_push(struct pcq *cq, const struct cqe_slot *slot)
 		 * program gets IBV_EVENT_CQ_ERR. */
 		if (cq->overruns++ == 0) {
 			prov_warn("CQ %p overrun (%d entries): completions are lost", (void *)cq, cq->cap);
-			ctx_async_event((struct pctx *)cq->cq.context, (uintptr_t)cq, IBV_EVENT_CQ_ERR);
+			ctx_async_event(pctx_of(cq->cq.context), (uintptr_t)cq, IBV_EVENT_CQ_ERR);
 		}
 		pthread_mutex_unlock(&cq->lock);
 		return;
@@ -480,6 +496,8 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 
 	switch (w->opcode) {
 	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		if (inl)
 			return EINVAL;
 		break;
@@ -496,8 +514,13 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 		break;
 	case IBV_WR_LOCAL_INV:
 		break;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_TSO:
+	case IBV_WR_DRIVER1:
+	case IBV_WR_ATOMIC_WRITE:
+		return EOPNOTSUPP; /* known, not modelled: mlx5's "not supported" */
 	default:
-		return EINVAL; /* atomics, TSO, SEND_WITH_INV: not modelled */
+		return EINVAL;
 	}
 	if (w->num_sge < 0 || (uint32_t)w->num_sge > q->cap.max_send_sge)
 		return EINVAL;
@@ -520,6 +543,13 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 	e->num_sge = w->num_sge;
 	e->len = len;
 	e->mw = NULL;
+	if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		/* wr.atomic, not wr.rdma: rkey sits after the two operands */
+		e->rkey = w->wr.atomic.rkey;
+		e->raddr = w->wr.atomic.remote_addr;
+		e->compare_add = w->wr.atomic.compare_add;
+		e->swap = w->wr.atomic.swap;
+	}
 	if (w->opcode == IBV_WR_BIND_MW) {
 		e->mw = w->bind_mw.mw;
 		e->new_rkey = w->bind_mw.rkey;
@@ -557,14 +587,19 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 	return 0;
 }
 
-int dp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+/* The one posting path of ibv_post_send and wr_complete.  whole: as mlx5's
+ * wr_complete, a failing WR drops the whole batch (the queue is rolled back
+ * before tx, which waits for q->lock, could see any of it). */
+static int post_list(struct pqp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad, int whole)
 {
-	struct pqp *q = (struct pqp *)qp;
 	struct ibv_send_wr *w;
+	uint64_t head, stall_next;
 	int ret = 0, st;
 
 	pthread_mutex_lock(&q->lock);
 	st = q->qp.state;
+	head = q->sq_head;
+	stall_next = q->stall_next;
 	for (w = wr; w; w = w->next) {
 		ret = (st == IBV_QPS_RTS || st == IBV_QPS_ERR) ? post_one_locked(q, w, 0) : EINVAL;
 		if (ret) {
@@ -572,12 +607,297 @@ int dp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 			break;
 		}
 	}
+	if (ret && whole) {
+		q->sq_head = head;
+		q->stall_next = stall_next;
+	}
 	/* In ERR a WR is accepted and flushed at once, after the queue. */
 	if (st == IBV_QPS_ERR && q->flushed)
 		qp_flush_locked(q);
 	pthread_cond_signal(&q->txcv); /* only tx waits for posts */
 	pthread_mutex_unlock(&q->lock);
 	return ret;
+}
+
+int dp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	return post_list((struct pqp *)qp, wr, bad, 0);
+}
+
+/* ------------------------------------------------------ extended post -- */
+
+/* The wr_* family builds ibv_send_wr entries (q->xb) and wr_complete posts
+ * them through post_list, so keys, bounds, access, the send queue and the
+ * completions are those of ibv_post_send.  The program's ops.post_send is
+ * not called: observers wrap the wr_* pointers themselves. */
+static struct pqp *xq(struct ibv_qp_ex *qx)
+{
+	return (struct pqp *)qx;
+}
+
+static void xb_fail(struct xbatch *b, int err)
+{
+	if (!b->err)
+		b->err = err;
+}
+
+/* The current WR of the batch (NULL before the first opcode call). */
+static struct xwr *xb_cur(struct pqp *q)
+{
+	if (!q->xb.open || !q->xb.n) {
+		xb_fail(&q->xb, EINVAL);
+		return NULL;
+	}
+	return &q->xb.w[q->xb.n - 1];
+}
+
+/* Begin a WR: wr_id and wr_flags as the program set them before the call. */
+static struct xwr *xb_new(struct pqp *q, enum ibv_wr_opcode op)
+{
+	struct xbatch *b = &q->xb;
+	struct xwr *x;
+
+	if (!b->open) {
+		xb_fail(b, EINVAL);
+		return NULL;
+	}
+	if (b->n == b->cap) {
+		int ncap = b->cap ? b->cap * 2 : 8;
+		struct xwr *n;
+
+		/* More WRs than the send queue holds cannot all be posted. */
+		if ((uint32_t)b->n > q->cap.max_send_wr || !(n = realloc(b->w, sizeof(*n) * (size_t)ncap))) {
+			xb_fail(b, ENOMEM);
+			return NULL;
+		}
+		b->w = n;
+		b->cap = ncap;
+	}
+	x = &b->w[b->n++];
+	memset(&x->wr, 0, sizeof(x->wr));
+	x->wr.wr_id = q->qpx.wr_id;
+	x->wr.send_flags = q->qpx.wr_flags;
+	x->wr.opcode = op;
+	return x;
+}
+
+static void x_start(struct ibv_qp_ex *qx)
+{
+	struct pqp *q = xq(qx);
+
+	q->xb.open = 1;
+	q->xb.n = 0;
+	q->xb.err = 0;
+}
+
+static void x_abort(struct ibv_qp_ex *qx)
+{
+	struct pqp *q = xq(qx);
+
+	q->xb.open = 0;
+	q->xb.n = 0;
+	q->xb.err = 0;
+}
+
+static int x_complete(struct ibv_qp_ex *qx)
+{
+	struct pqp *q = xq(qx);
+	struct xbatch *b = &q->xb;
+	struct ibv_send_wr *bad = NULL;
+	int i, ret = b->err;
+
+	if (!b->open)
+		ret = EINVAL;
+	if (!ret && b->n) {
+		for (i = 0; i < b->n; i++) {
+			struct ibv_send_wr *w = &b->w[i].wr;
+
+			if (w->send_flags & IBV_SEND_INLINE) {
+				w->sg_list = b->w[i].sge; /* one SGE over the copy */
+				b->w[i].sge[0].addr = (uintptr_t)b->w[i].inl;
+			} else {
+				w->sg_list = b->w[i].sge;
+			}
+			w->next = i + 1 < b->n ? &b->w[i + 1].wr : NULL;
+		}
+		ret = post_list(q, &b->w[0].wr, &bad, 1);
+	}
+	b->open = 0;
+	b->n = 0;
+	b->err = 0;
+	return ret;
+}
+
+static void x_rdma(struct ibv_qp_ex *qx, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr,
+		   __be32 imm)
+{
+	struct xwr *x = xb_new(xq(qx), op);
+
+	if (x) {
+		x->wr.wr.rdma.rkey = rkey;
+		x->wr.wr.rdma.remote_addr = raddr;
+		x->wr.imm_data = imm;
+	}
+}
+
+static void x_rdma_read(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr)
+{
+	x_rdma(qx, IBV_WR_RDMA_READ, rkey, raddr, 0);
+}
+
+static void x_rdma_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr)
+{
+	x_rdma(qx, IBV_WR_RDMA_WRITE, rkey, raddr, 0);
+}
+
+static void x_rdma_write_imm(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr, __be32 imm)
+{
+	x_rdma(qx, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr, imm);
+}
+
+static void x_send(struct ibv_qp_ex *qx)
+{
+	x_rdma(qx, IBV_WR_SEND, 0, 0, 0);
+}
+
+static void x_send_imm(struct ibv_qp_ex *qx, __be32 imm)
+{
+	x_rdma(qx, IBV_WR_SEND_WITH_IMM, 0, 0, imm);
+}
+
+static void x_atomic(struct ibv_qp_ex *qx, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr,
+		     uint64_t compare_add, uint64_t swap)
+{
+	struct xwr *x = xb_new(xq(qx), op);
+
+	if (x) {
+		x->wr.wr.atomic.rkey = rkey;
+		x->wr.wr.atomic.remote_addr = raddr;
+		x->wr.wr.atomic.compare_add = compare_add;
+		x->wr.wr.atomic.swap = swap;
+	}
+}
+
+static void x_atomic_cmp_swp(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr, uint64_t compare,
+			     uint64_t swap)
+{
+	x_atomic(qx, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, raddr, compare, swap);
+}
+
+static void x_atomic_fetch_add(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr, uint64_t add)
+{
+	x_atomic(qx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
+}
+
+static void x_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
+{
+	struct xwr *x = xb_new(xq(qx), IBV_WR_LOCAL_INV);
+
+	if (x)
+		x->wr.invalidate_rkey = rkey;
+}
+
+static void x_bind_mw(struct ibv_qp_ex *qx, struct ibv_mw *mw, uint32_t rkey,
+		      const struct ibv_mw_bind_info *info)
+{
+	struct xwr *x = xb_new(xq(qx), IBV_WR_BIND_MW);
+
+	if (x) {
+		x->wr.bind_mw.mw = mw;
+		x->wr.bind_mw.rkey = rkey;
+		x->wr.bind_mw.bind_info = *info;
+	}
+}
+
+static void x_set_sge_list(struct ibv_qp_ex *qx, size_t n, const struct ibv_sge *sg)
+{
+	struct pqp *q = xq(qx);
+	struct xwr *x = xb_cur(q);
+
+	if (!x)
+		return;
+	if (n > q->cap.max_send_sge || n > MAX_SGE) {
+		xb_fail(&q->xb, EINVAL);
+		return;
+	}
+	x->wr.send_flags &= ~(unsigned int)IBV_SEND_INLINE;
+	memcpy(x->sge, sg, sizeof(*sg) * n);
+	x->wr.num_sge = (int)n;
+}
+
+static void x_set_sge(struct ibv_qp_ex *qx, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { addr, length, lkey };
+
+	x_set_sge_list(qx, 1, &sge);
+}
+
+/* Inline data is copied now, as mlx5 copies it into the WQE: the buffers
+ * may be reused as soon as the call returns. */
+static void x_set_inline_data_list(struct ibv_qp_ex *qx, size_t n, const struct ibv_data_buf *bufs)
+{
+	struct pqp *q = xq(qx);
+	struct xwr *x = xb_cur(q);
+	size_t i, len = 0;
+
+	if (!x)
+		return;
+	for (i = 0; i < n; i++) {
+		if (bufs[i].length > q->cap.max_inline_data - len) {
+			xb_fail(&q->xb, EINVAL);
+			return;
+		}
+		memcpy(x->inl + len, bufs[i].addr, bufs[i].length);
+		len += bufs[i].length;
+	}
+	x->wr.send_flags |= IBV_SEND_INLINE;
+	x->sge[0].length = (uint32_t)len;
+	x->sge[0].lkey = 0;
+	x->wr.num_sge = 1;
+}
+
+static void x_set_inline_data(struct ibv_qp_ex *qx, void *addr, size_t length)
+{
+	struct ibv_data_buf b = { addr, length };
+
+	x_set_inline_data_list(qx, 1, &b);
+}
+
+void qp_ex_init_ops(struct pqp *q, uint64_t ops)
+{
+	struct ibv_qp_ex *x = &q->qpx;
+
+	x->wr_start = x_start;
+	x->wr_complete = x_complete;
+	x->wr_abort = x_abort;
+	x->wr_set_sge = x_set_sge;
+	x->wr_set_sge_list = x_set_sge_list;
+	x->wr_set_inline_data = x_set_inline_data;
+	x->wr_set_inline_data_list = x_set_inline_data_list;
+	/* as mlx5: an opcode's pointer only when send_ops_flags asked for it */
+	if (ops & IBV_QP_EX_WITH_RDMA_READ)
+		x->wr_rdma_read = x_rdma_read;
+	if (ops & IBV_QP_EX_WITH_RDMA_WRITE)
+		x->wr_rdma_write = x_rdma_write;
+	if (ops & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)
+		x->wr_rdma_write_imm = x_rdma_write_imm;
+	if (ops & IBV_QP_EX_WITH_SEND)
+		x->wr_send = x_send;
+	if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM)
+		x->wr_send_imm = x_send_imm;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)
+		x->wr_atomic_cmp_swp = x_atomic_cmp_swp;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+		x->wr_atomic_fetch_add = x_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
+		x->wr_local_inv = x_local_inv;
+	if (ops & IBV_QP_EX_WITH_BIND_MW)
+		x->wr_bind_mw = x_bind_mw;
+}
+
+void qp_ex_free(struct pqp *q)
+{
+	free(q->xb.w);
 }
 
 int dp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
@@ -645,25 +965,151 @@ int dp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	return ret;
 }
 
+int cq_take_locked(struct pcq *cq, struct ibv_wc *wc)
+{
+	struct cqe_slot *s;
+
+	if (!cq->count)
+		return 0;
+	s = &cq->ring[cq->head];
+	*wc = s->wc;
+	/* A polled send CQE frees its slot and every earlier one (unsignaled
+	 * WRs included), as on hardware. */
+	if (s->is_send)
+		__atomic_store_n(&s->qp->sq_tail, s->sq_seq + 1, __ATOMIC_SEQ_CST);
+	cq->head = (cq->head + 1) % cq->cap;
+	cq->count--;
+	return 1;
+}
+
 int dp_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 {
 	struct pcq *cq = (struct pcq *)ibcq;
 	int n = 0;
 
 	pthread_mutex_lock(&cq->lock);
-	while (n < num && cq->count > 0) {
-		struct cqe_slot *s = &cq->ring[cq->head];
-
-		wc[n++] = s->wc;
-		/* A polled send CQE frees its slot and every earlier one
-		 * (unsignaled WRs included), as on hardware. */
-		if (s->is_send)
-			__atomic_store_n(&s->qp->sq_tail, s->sq_seq + 1, __ATOMIC_SEQ_CST);
-		cq->head = (cq->head + 1) % cq->cap;
-		cq->count--;
-	}
+	while (n < num && cq_take_locked(cq, &wc[n]))
+		n++;
 	pthread_mutex_unlock(&cq->lock);
 	return n;
+}
+
+/* ------------------------------------------------------ extended poll -- */
+
+/* start_poll takes the CQ's lock and the oldest completion (consumed as
+ * poll_cq consumes it); next_poll the next one; end_poll lets go.  As
+ * mlx5: ENOENT when there is none, and start_poll's ENOENT releases the
+ * lock itself (the program must not call end_poll then). */
+static void cq_ex_load(struct pcq *cq)
+{
+	cq->cqx.wr_id = cq->cur.wr_id;
+	cq->cqx.status = cq->cur.status;
+}
+
+static int cq_ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
+{
+	struct pcq *cq = (struct pcq *)ibcq;
+
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	if (!cq_take_locked(cq, &cq->cur)) {
+		pthread_mutex_unlock(&cq->lock);
+		return ENOENT;
+	}
+	cq_ex_load(cq);
+	return 0;
+}
+
+static int cq_ex_next_poll(struct ibv_cq_ex *ibcq)
+{
+	struct pcq *cq = (struct pcq *)ibcq;
+
+	if (!cq_take_locked(cq, &cq->cur))
+		return ENOENT;
+	cq_ex_load(cq);
+	return 0;
+}
+
+static void cq_ex_end_poll(struct ibv_cq_ex *ibcq)
+{
+	pthread_mutex_unlock(&((struct pcq *)ibcq)->lock);
+}
+
+#define CUR(ibcq) (&((struct pcq *)(ibcq))->cur)
+
+static enum ibv_wc_opcode cq_ex_read_opcode(struct ibv_cq_ex *c)
+{
+	return CUR(c)->opcode;
+}
+
+static uint32_t cq_ex_read_vendor_err(struct ibv_cq_ex *c)
+{
+	return CUR(c)->vendor_err;
+}
+
+static uint32_t cq_ex_read_byte_len(struct ibv_cq_ex *c)
+{
+	return CUR(c)->byte_len;
+}
+
+static __be32 cq_ex_read_imm_data(struct ibv_cq_ex *c)
+{
+	return CUR(c)->imm_data;
+}
+
+static uint32_t cq_ex_read_qp_num(struct ibv_cq_ex *c)
+{
+	return CUR(c)->qp_num;
+}
+
+static uint32_t cq_ex_read_src_qp(struct ibv_cq_ex *c)
+{
+	return CUR(c)->src_qp;
+}
+
+static unsigned int cq_ex_read_wc_flags(struct ibv_cq_ex *c)
+{
+	return CUR(c)->wc_flags;
+}
+
+static uint32_t cq_ex_read_slid(struct ibv_cq_ex *c)
+{
+	return CUR(c)->slid;
+}
+
+static uint8_t cq_ex_read_sl(struct ibv_cq_ex *c)
+{
+	return CUR(c)->sl;
+}
+
+static uint8_t cq_ex_read_dlid_path_bits(struct ibv_cq_ex *c)
+{
+	return CUR(c)->dlid_path_bits;
+}
+
+#undef CUR
+
+/* As mlx5: opcode, vendor_err and wc_flags always; the others only when
+ * their IBV_WC_EX_WITH_* flag was asked (NULL otherwise). */
+void cq_ex_init_ops(struct pcq *cq)
+{
+	struct ibv_cq_ex *x = &cq->cqx;
+	uint64_t f = cq->wc_flags;
+
+	x->start_poll = cq_ex_start_poll;
+	x->next_poll = cq_ex_next_poll;
+	x->end_poll = cq_ex_end_poll;
+	x->read_opcode = cq_ex_read_opcode;
+	x->read_vendor_err = cq_ex_read_vendor_err;
+	x->read_wc_flags = cq_ex_read_wc_flags;
+	x->read_byte_len = (f & IBV_WC_EX_WITH_BYTE_LEN) ? cq_ex_read_byte_len : NULL;
+	x->read_imm_data = (f & IBV_WC_EX_WITH_IMM) ? cq_ex_read_imm_data : NULL;
+	x->read_qp_num = (f & IBV_WC_EX_WITH_QP_NUM) ? cq_ex_read_qp_num : NULL;
+	x->read_src_qp = (f & IBV_WC_EX_WITH_SRC_QP) ? cq_ex_read_src_qp : NULL;
+	x->read_slid = (f & IBV_WC_EX_WITH_SLID) ? cq_ex_read_slid : NULL;
+	x->read_sl = (f & IBV_WC_EX_WITH_SL) ? cq_ex_read_sl : NULL;
+	x->read_dlid_path_bits = (f & IBV_WC_EX_WITH_DLID_PATH_BITS) ? cq_ex_read_dlid_path_bits : NULL;
 }
 
 int dp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
@@ -912,6 +1358,49 @@ static void release_sges(struct pqp *q, int n, struct memref *mem)
 		mem_release(q->c, &mem[i]);
 }
 
+static int is_atomic(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* Total length of a WR's scatter list. */
+static uint64_t sge_total(const struct swqe *e)
+{
+	uint64_t len = 0;
+	int i;
+
+	for (i = 0; i < e->num_sge; i++)
+		len += e->sge[i].length;
+	return len;
+}
+
+/* An atomic: the header and its operands; the local SGE (8 bytes at least,
+ * writable) receives the original value when rx reads the answer. */
+static int tx_atomic(struct pqp *q, int fd, struct swqe *e)
+{
+	struct memref mem[32];
+	struct req_hdr h;
+	struct atomic_args a = { e->compare_add, e->swap };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { &a, sizeof(a) } };
+
+	if (sge_total(e) < 8) {
+		e->status = IBV_WC_LOC_LEN_ERR;
+		return TX_LOCAL_ERR;
+	}
+	if (acquire_sges(q, e, IBV_ACCESS_LOCAL_WRITE, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR;
+		return TX_LOCAL_ERR;
+	}
+	release_sges(q, e->num_sge, mem); /* rx checks them again when landing */
+	memset(&h, 0, sizeof(h));
+	h.op = e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? OP_CMP_SWP : OP_FETCH_ADD;
+	h.rkey = e->rkey;
+	h.raddr = e->raddr;
+	h.len = 8;
+	h.seq = (uint32_t)e->seq;
+	return sendv_all(fd, iov, 2) ? TX_IOERR : TX_OK;
+}
+
 static int tx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -923,6 +1412,8 @@ static int tx_one(struct pqp *q, int fd, struct swqe *e)
 		e->status = local_op(q, e);
 		return e->status == IBV_WC_SUCCESS ? TX_OK : TX_LOCAL_ERR;
 	}
+	if (is_atomic(e->opcode))
+		return tx_atomic(q, fd, e);
 	/* Local keys first: a bad lkey never puts a request on the wire. */
 	if (acquire_sges(q, e, e->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0, mem)) {
 		e->status = IBV_WC_LOC_PROT_ERR;
@@ -1081,6 +1572,30 @@ static enum ibv_wc_status nak_status(int s)
 	}
 }
 
+/* The original value of an atomic, into the first 8 bytes of its SGEs. */
+static int rx_atomic(struct pqp *q, int fd, struct swqe *e, const struct resp_hdr *h)
+{
+	struct memref mem[32];
+	struct iovec iov[32];
+	int cnt;
+
+	if (h->len != 8) {
+		e->status = IBV_WC_BAD_RESP_ERR;
+		return RX_NAK;
+	}
+	if (acquire_sges(q, e, IBV_ACCESS_LOCAL_WRITE, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR;
+		return discard(fd, 8) ? RX_IOERR : RX_NAK;
+	}
+	cnt = slice(e->sge, mem, e->num_sge, 0, 8, iov, 32);
+	if (recvv_q(q, fd, iov, cnt)) {
+		release_sges(q, e->num_sge, mem);
+		return RX_IOERR;
+	}
+	release_sges(q, e->num_sge, mem);
+	return RX_OK;
+}
+
 static int rx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1097,6 +1612,8 @@ static int rx_one(struct pqp *q, int fd, struct swqe *e)
 		e->status = nak_status(h.status);
 		return RX_NAK;
 	}
+	if (is_atomic(e->opcode))
+		return rx_atomic(q, fd, e, &h);
 	if (e->opcode != IBV_WR_RDMA_READ) {
 		stat_add(q->c, S_WRITE_BYTES_SENT, e->len);
 		return RX_OK;
@@ -1355,6 +1872,43 @@ static int land(struct pqp *q, int fd, const struct ibv_sge *sge, const struct m
 	return 0;
 }
 
+/* One atomic request: 0 answered, 1 NAK sent (this QP goes to ERR), -1 the
+ * connection ended.  A misaligned address is an invalid request, a key or
+ * QP without IBV_ACCESS_REMOTE_ATOMIC an access error, as on an RNIC. */
+static int serve_atomic(struct pqp *q, int fd, const struct req_hdr *r)
+{
+	struct atomic_args a;
+	struct memref m;
+	uint64_t old, val;
+	struct resp_hdr h;
+	struct iovec iov[2] = { { &h, sizeof(h) }, { &old, sizeof(old) } };
+
+	if (recv_all(fd, &a, sizeof(a)))
+		return -1;
+	if (r->raddr & 7) {
+		send_resp(fd, R_NAK_INV_REQ, r, 0);
+		return 1;
+	}
+	if (!(__atomic_load_n(&q->access, __ATOMIC_ACQUIRE) & IBV_ACCESS_REMOTE_ATOMIC) ||
+	    mem_acquire(q->c, q->qp.pd, q, r->rkey, r->raddr, 8, IBV_ACCESS_REMOTE_ATOMIC, 1, &m)) {
+		send_resp(fd, R_NAK_ACCESS, r, 0);
+		return 1;
+	}
+	/* Host byte order, as rxe: the memory is a native 64-bit integer. */
+	pthread_mutex_lock(&atomic_lock);
+	memcpy(&old, m.ptr, sizeof(old));
+	val = r->op == OP_CMP_SWP ? (old == a.compare_add ? a.swap : old) : old + a.compare_add;
+	memcpy(m.ptr, &val, sizeof(val));
+	pthread_mutex_unlock(&atomic_lock);
+	mem_release(q->c, &m);
+	memset(&h, 0, sizeof(h));
+	h.status = R_ACK;
+	h.op = r->op;
+	h.seq = r->seq;
+	h.len = 8;
+	return sendv_all(fd, iov, 2) ? -1 : 0;
+}
+
 /* Serve one connection; returns when it ends.  1 = a NAK was sent (class C
  * error: this QP is now in ERR and the caller drains the connection). */
 static int serve(struct pqp *q, int fd, int rnr_retry)
@@ -1500,6 +2054,12 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				return 0;
 			break;
 		}
+		case OP_CMP_SWP:
+		case OP_FETCH_ADD:
+			rc = serve_atomic(q, fd, &r);
+			if (rc)
+				return rc > 0;
+			break;
 		default:
 			send_resp(fd, R_NAK_OP, &r, 0);
 			return 1;

@@ -64,7 +64,7 @@ PROV_EXPORT long long orbite_provider_counter(const char *name)
 
 PROV_EXPORT long long orbite_provider_ctx_counter(struct ibv_context *ctx, const char *name)
 {
-	struct pctx *c = (struct pctx *)ctx;
+	struct pctx *c = pctx_of(ctx);
 	int k;
 
 	if (!c)
@@ -530,7 +530,7 @@ PROV_EXPORT int ibv_get_device_index(struct ibv_device *device)
 
 static struct pctx *to_ctx(struct ibv_context *ctx)
 {
-	return (struct pctx *)ctx;
+	return pctx_of(ctx);
 }
 
 uint32_t ctx_new_handle(struct pctx *c)
@@ -572,22 +572,22 @@ PROV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	/* The "uverbs" descriptor: destroy commands are real ioctl()/write()
 	 * calls on it (see uverbs_destroy); /dev/null answers the ioctl with
 	 * ENOTTY, which means the command reached the kernel untouched. */
-	c->ctx.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (c->ctx.cmd_fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+	c->vctx.context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (c->vctx.context.cmd_fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
 		int err = errno;
 
-		if (c->ctx.cmd_fd >= 0)
-			close(c->ctx.cmd_fd);
+		if (c->vctx.context.cmd_fd >= 0)
+			close(c->vctx.context.cmd_fd);
 		free(c);
 		errno = err;
 		return NULL;
 	}
-	c->ctx.async_fd = sv[0];
+	c->vctx.context.async_fd = sv[0];
 	c->async_wfd = sv[1];
-	c->ctx.device = device;
-	c->ctx.num_comp_vectors = 8;
+	c->vctx.context.device = device;
+	c->vctx.context.num_comp_vectors = 8;
 	c->dev = d;
-	pthread_mutex_init(&c->ctx.mutex, NULL);
+	pthread_mutex_init(&c->vctx.context.mutex, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -595,15 +595,22 @@ PROV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	pthread_condattr_destroy(&ca);
 	c->next_handle = 1;
 	c->nkeys = 1; /* key index 0 is never handed out */
-	c->ctx.ops.post_send = dp_post_send;
-	c->ctx.ops.post_recv = dp_post_recv;
-	c->ctx.ops.poll_cq = dp_poll_cq;
-	c->ctx.ops.req_notify_cq = dp_req_notify_cq;
-	c->ctx.ops.alloc_mw = obj_alloc_mw;
-	c->ctx.ops.dealloc_mw = obj_dealloc_mw;
-	c->ctx.ops.bind_mw = dp_bind_mw;
+	c->vctx.context.ops.post_send = dp_post_send;
+	c->vctx.context.ops.post_recv = dp_post_recv;
+	c->vctx.context.ops.poll_cq = dp_poll_cq;
+	c->vctx.context.ops.req_notify_cq = dp_req_notify_cq;
+	c->vctx.context.ops.alloc_mw = obj_alloc_mw;
+	c->vctx.context.ops.dealloc_mw = obj_dealloc_mw;
+	c->vctx.context.ops.bind_mw = dp_bind_mw;
+	/* As rdma-core's verbs_init_context: the extended verbs live in the
+	 * verbs_context just before the ibv_context, found through sz. */
+	c->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	c->vctx.sz = sizeof(c->vctx);
+	c->vctx.query_device_ex = dev_query_device_ex;
+	c->vctx.create_cq_ex = obj_create_cq_ex;
+	c->vctx.create_qp_ex = obj_create_qp_ex;
 	held_add(H_CTX, 1);
-	return &c->ctx;
+	return &c->vctx.context;
 }
 
 PROV_EXPORT int ibv_close_device(struct ibv_context *ctx)
@@ -701,11 +708,35 @@ PROV_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr
 	attr->max_qp_rd_atom = 16;
 	attr->max_qp_init_rd_atom = 16;
 	attr->max_res_rd_atom = 1 << 20;
-	attr->atomic_cap = IBV_ATOMIC_NONE;
+	attr->atomic_cap = IBV_ATOMIC_HCA;
 	attr->max_mw = 1 << 20;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 16;
 	attr->phys_port_cnt = (uint8_t)d->nports;
+	return 0;
+}
+
+/* What mlx5 reports beyond ibv_device_attr, for what is modelled (no ODP,
+ * TSO, RSS, WQs, packet pacing, tag matching, device memory or completion
+ * timestamps: those stay 0). */
+int dev_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+			struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ibv_device_attr_ex full;
+	int ret;
+
+	if (input && input->comp_mask)
+		return EINVAL;
+	if (attr_size < sizeof(full.orig_attr))
+		return EINVAL;
+	memset(&full, 0, sizeof(full));
+	ret = ibv_query_device(ctx, &full.orig_attr);
+	if (ret)
+		return ret;
+	full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+	full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+	/* A caller built against an older verbs.h passes a shorter struct. */
+	memcpy(attr, &full, attr_size < sizeof(full) ? attr_size : sizeof(full));
 	return 0;
 }
 
@@ -1069,7 +1100,6 @@ UNSUPPORTED_PTR(struct ibv_mr, ibv_import_mr, struct ibv_pd *pd, uint32_t handle
 UNSUPPORTED_PTR(struct ibv_dm, ibv_import_dm, struct ibv_context *ctx, uint32_t handle)
 UNSUPPORTED_PTR(struct ibv_mr, ibv_reg_dmabuf_mr, struct ibv_pd *pd, uint64_t offset, size_t length,
 		uint64_t iova, int fd, int access)
-UNSUPPORTED_PTR(struct ibv_qp_ex, ibv_qp_to_qp_ex, struct ibv_qp *qp)
 UNSUPPORTED_INT(ibv_query_ece, struct ibv_qp *qp, struct ibv_ece *ece)
 UNSUPPORTED_INT(ibv_set_ece, struct ibv_qp *qp, struct ibv_ece *ece)
 UNSUPPORTED_INT(ibv_resolve_eth_l2_from_gid, struct ibv_context *ctx, struct ibv_ah_attr *attr,

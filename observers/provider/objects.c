@@ -24,7 +24,7 @@
 
 static struct pctx *ctx_of(struct ibv_context *ctx)
 {
-	return (struct pctx *)ctx;
+	return pctx_of(ctx);
 }
 
 static void cond_init(pthread_cond_t *cv)
@@ -536,8 +536,9 @@ PROV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 
 static uint64_t next_cq_id = 1;
 
-PROV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
-					 struct ibv_comp_channel *channel, int comp_vector)
+/* One CQ for ibv_create_cq and ibv_create_cq_ex (same ring, same poll). */
+static struct pcq *cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct pctx *c = ctx_of(ctx);
 	struct pcq *q;
@@ -572,7 +573,48 @@ PROV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void 
 	c->cqs = q;
 	pthread_mutex_unlock(&c->lock);
 	held_add(H_CQ, 1);
-	return &q->cq;
+	return q;
+}
+
+PROV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+					 struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct pcq *q = cq_create(ctx, cqe, cq_context, channel, comp_vector);
+
+	return q ? &q->cq : NULL;
+}
+
+/* The wc_flags mlx5 serves that the model fills; timestamps, CVLAN, flow
+ * tags and tag matching are not modelled. */
+#define CQ_EX_WC_FLAGS                                                                     \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |            \
+	 IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |                 \
+	 IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct ibv_cq_ex *obj_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct pcq *q;
+
+	/* mlx5: an unknown comp_mask bit or a PD that is no parent domain
+	 * (none is modelled) is EINVAL; a wc_flag or flag it cannot serve is
+	 * EOPNOTSUPP. */
+	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) ||
+	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) ||
+	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     (attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	q = cq_create(ctx, (int)attr->cqe, attr->cq_context, attr->channel, (int)attr->comp_vector);
+	if (!q)
+		return NULL;
+	q->wc_flags = attr->wc_flags;
+	cq_ex_init_ops(q);
+	return &q->cqx;
 }
 
 static void free_cq(struct pcq *q)
@@ -667,10 +709,6 @@ PROV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 
 /* ------------------------------------------------------------------- QP -- */
 
-#define MAX_WR 32768
-#define MAX_SGE 30
-#define MAX_INLINE 512
-
 static uint32_t qpn_seq;
 
 /* One listening socket per distinct IPv4 address of the device's GIDs, all
@@ -742,10 +780,14 @@ static void free_qp_mem(struct pqp *q)
 	pthread_cond_destroy(&q->txcv);
 	pthread_mutex_destroy(&q->qp.mutex);
 	pthread_cond_destroy(&q->qp.cond);
+	qp_ex_free(q);
 	free(q);
 }
 
-PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* One QP for ibv_create_qp and ibv_create_qp_ex (is_ex: the latter with
+ * IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, the wr_* family for send_ops). */
+static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int is_ex,
+				uint64_t send_ops)
 {
 	struct pctx *c = ctx_of(pd->context);
 	struct ibv_qp_cap *cap = &attr->cap;
@@ -817,6 +859,10 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 	q->sq_sig_all = attr->sq_sig_all;
 	q->pending_err = IBV_WC_SUCCESS;
 	q->stall_next = UINT64_MAX;
+	if (is_ex) {
+		q->is_ex = 1;
+		qp_ex_init_ops(q, send_ops);
+	}
 	if (qp_start_responder(q)) {
 		while (q->nlfd)
 			close(q->lfd[--q->nlfd]);
@@ -843,6 +889,62 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 	pthread_mutex_unlock(&c->lock);
 	held_add(H_QP, 1);
 	return &q->qp;
+}
+
+PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return qp_create(pd, attr, 0, 0);
+}
+
+/* The send_ops_flags the model serves on RC (mlx5 serves these and more:
+ * SEND_WITH_INV, TSO and ATOMIC_WRITE are not modelled). */
+#define QP_EX_SEND_OPS                                                                        \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |  \
+	 IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                          \
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+/* The comp_mask bits mlx5 knows; of them only PD, CREATE_FLAGS (no flag)
+ * and SEND_OPS_FLAGS are modelled. */
+#define QP_EX_MLX5_MASK                                                                     \
+	(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |      \
+	 IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH | \
+	 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+
+struct ibv_qp *obj_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_init_attr a;
+	uint32_t mask = attr->comp_mask;
+	int is_ex = (mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+
+	if ((mask & ~(uint32_t)QP_EX_MLX5_MASK) || !(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd ||
+	    attr->pd->context != ctx) {
+		errno = EINVAL; /* an RC QP needs its PD */
+		return NULL;
+	}
+	if ((mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+				IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
+	    ((mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+	    (is_ex && (attr->send_ops_flags & ~(uint64_t)QP_EX_SEND_OPS))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_context = attr->qp_context;
+	a.send_cq = attr->send_cq;
+	a.recv_cq = attr->recv_cq;
+	a.srq = attr->srq;
+	a.cap = attr->cap;
+	a.qp_type = attr->qp_type;
+	a.sq_sig_all = attr->sq_sig_all;
+	return qp_create(attr->pd, &a, is_ex, is_ex ? attr->send_ops_flags : 0);
+}
+
+PROV_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct pqp *q = (struct pqp *)qp;
+
+	/* As rdma-core: NULL, errno untouched, for a QP without send_ops. */
+	return q->is_ex ? &q->qpx : NULL;
 }
 
 /* Required attributes of each RC transition, as the kernel's state table. */

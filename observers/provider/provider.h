@@ -81,7 +81,9 @@ int dev_ipv4_addrs(struct pdev *d, uint32_t *out, int max);
 struct keyent;
 
 struct pctx {
-	struct ibv_context ctx;  /* first member: programs see this */
+	/* Programs see vctx.context: a verbs_context as rdma-core's providers
+	 * hand out, so verbs_get_ctx_op() finds the extended verbs. */
+	struct verbs_context vctx;
 	struct pdev *dev;
 	pthread_mutex_t lock;    /* key table, object lists, use counts */
 	pthread_cond_t cond;     /* MR busy counts dropping to zero */
@@ -97,6 +99,12 @@ struct pctx {
 	int closing;
 	uint64_t stats[S_COUNT]; /* what moved through this context (atomic) */
 };
+
+/* The provider context of a program's ibv_context (NULL for NULL). */
+static inline struct pctx *pctx_of(struct ibv_context *ctx)
+{
+	return ctx ? (struct pctx *)((char *)ctx - offsetof(struct pctx, vctx.context)) : NULL;
+}
 
 uint32_t ctx_new_handle(struct pctx *c);
 void ctx_async_event(struct pctx *c, uint64_t element, enum ibv_event_type type);
@@ -181,8 +189,13 @@ struct cqe_slot {
 };
 
 struct pcq {
-	struct ibv_cq cq;
+	union {                  /* first member: ibv_cq_ex begins as ibv_cq */
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx;
+	};
 	struct pcq *next;
+	uint64_t wc_flags;       /* ibv_create_cq_ex: the read_* accessors asked for */
+	struct ibv_wc cur;       /* extended poll: the completion being read */
 	uint64_t id;             /* carried by completion events */
 	pthread_mutex_t lock;
 	struct cqe_slot *ring;
@@ -209,6 +222,7 @@ struct swqe {
 	uint32_t imm;            /* network order, as given */
 	uint32_t rkey;
 	uint64_t raddr;
+	uint64_t compare_add, swap; /* atomics */
 	int num_sge;
 	struct ibv_sge *sge;     /* max_send_sge entries of qp->sge_pool */
 	uint8_t *inl;            /* copy of inline data (max_inline_data) */
@@ -232,8 +246,33 @@ struct rwqe {
 
 #define MAX_LISTEN 8
 
+/* Limits of a QP (ibv_create_qp answers EINVAL beyond them). */
+#define MAX_WR 32768
+#define MAX_SGE 30
+#define MAX_INLINE 512
+
+/* The WRs an extended QP builds between wr_start and wr_complete, handed
+ * to the same posting path as ibv_post_send at wr_complete. */
+struct xwr {
+	struct ibv_send_wr wr;
+	struct ibv_sge sge[MAX_SGE];
+	uint8_t inl[MAX_INLINE]; /* copied at wr_set_inline_data* */
+};
+
+struct xbatch {
+	struct xwr *w;
+	int n, cap;
+	int open;                /* between wr_start and wr_complete/abort */
+	int err;                 /* first error a setter found (EINVAL, ENOMEM) */
+};
+
 struct pqp {
-	struct ibv_qp qp;        /* first member */
+	union {                  /* first member: ibv_qp_ex begins as ibv_qp */
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx;
+	};
+	int is_ex;               /* created with send_ops_flags (ibv_qp_to_qp_ex) */
+	struct xbatch xb;
 	struct pctx *c;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;     /* any change of state, queues, connection */
@@ -295,11 +334,23 @@ void qp_stop_requester(struct pqp *q);
 /* Stop and join every thread of the QP (destroy, context close). */
 void qp_stop_all(struct pqp *q);
 
+/* Extended QP: the wr_* pointers for send_ops (IBV_QP_EX_WITH_*). */
+void qp_ex_init_ops(struct pqp *q, uint64_t send_ops);
+void qp_ex_free(struct pqp *q);
+struct ibv_qp *obj_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+
 /* data path ops installed in ibv_context.ops */
 int dp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int dp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int dp_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 int dp_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+/* Take the oldest completion of cq (cq->lock held); 0 when empty, else 1. */
+int cq_take_locked(struct pcq *cq, struct ibv_wc *wc);
+/* Extended CQ: the start/next/end_poll and read_* pointers for its wc_flags. */
+void cq_ex_init_ops(struct pcq *cq);
+struct ibv_cq_ex *obj_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+int dev_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+			struct ibv_device_attr_ex *attr, size_t attr_size);
 int dp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 struct ibv_mw *obj_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int obj_dealloc_mw(struct ibv_mw *mw);

@@ -9,7 +9,7 @@
  *   prov_driver client <rendezvous> <device> <scenario> [arg]
  *
  * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
- * partial_env, partial_pace, observe, mw, and
+ * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, and
  * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
  * (how the program waits for completions: busy polling, polling with a
  * 50 us sleep when the CQ is empty, or the completion channel; messages
@@ -1333,6 +1333,578 @@ static void sc_mw(void)
 
 /* --------------------------------------------------------------- bench -- */
 
+/* ------------------------------------------------------ extended verbs -- */
+
+/* A loopback pair inside the client's context: QP a (the requester) and QP
+ * b (its responder, receives posted by the test), each with its own
+ * extended CQ.  Local buffer: C.buf; a writes/reads b's side at XB. */
+#define XB (8u << 20)
+#define XWC (IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | \
+	     IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |      \
+	     IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct xpair {
+	struct ibv_cq_ex *cqa, *cqb;
+	struct ibv_qp *a, *b;
+	struct ibv_qp_ex *ax;
+};
+
+static struct ibv_cq_ex *xcq_new(uint64_t wc_flags)
+{
+	struct ibv_cq_init_attr_ex ca;
+
+	memset(&ca, 0, sizeof(ca));
+	ca.cqe = 256;
+	ca.wc_flags = wc_flags;
+	return ibv_create_cq_ex(C.e.ctx, &ca);
+}
+
+/* send_ops != 0: QP a through ibv_create_qp_ex with those send_ops_flags. */
+static void xpair_new(struct xpair *x, uint64_t send_ops, int b_access)
+{
+	struct ibv_qp_init_attr a;
+
+	memset(x, 0, sizeof(*x));
+	x->cqa = xcq_new(XWC);
+	x->cqb = xcq_new(XWC);
+	CHECK(x->cqa && x->cqb);
+	memset(&a, 0, sizeof(a));
+	a.send_cq = a.recv_cq = ibv_cq_ex_to_cq(x->cqa);
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = 64;
+	a.cap.max_recv_wr = 64;
+	a.cap.max_send_sge = 4;
+	a.cap.max_recv_sge = 4;
+	a.cap.max_inline_data = 64;
+	if (send_ops) {
+		struct ibv_qp_init_attr_ex ax;
+
+		memset(&ax, 0, sizeof(ax));
+		ax.send_cq = ax.recv_cq = a.send_cq;
+		ax.qp_type = IBV_QPT_RC;
+		ax.cap = a.cap;
+		ax.pd = C.e.pd;
+		ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		ax.send_ops_flags = send_ops;
+		x->a = ibv_create_qp_ex(C.e.ctx, &ax);
+		CHECK(x->a != NULL);
+		x->ax = ibv_qp_to_qp_ex(x->a);
+		CHECK(x->ax != NULL && &x->ax->qp_base == x->a);
+	} else {
+		x->a = ibv_create_qp(C.e.pd, &a);
+		CHECK(x->a != NULL);
+	}
+	a.send_cq = a.recv_cq = ibv_cq_ex_to_cq(x->cqb);
+	x->b = ibv_create_qp(C.e.pd, &a);
+	CHECK(x->b != NULL);
+	CHECK(qp_connect(&C.e, x->a, &C.e.gid, x->b->qp_num, RW) == 0);
+	CHECK(qp_connect(&C.e, x->b, &C.e.gid, x->a->qp_num, b_access) == 0);
+}
+
+static void xpair_free(struct xpair *x)
+{
+	CHECK(ibv_destroy_qp(x->a) == 0);
+	CHECK(ibv_destroy_qp(x->b) == 0);
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(x->cqa)) == 0);
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(x->cqb)) == 0);
+}
+
+static void xrecv(struct ibv_qp *qp, uint64_t wr_id, uint64_t off, uint32_t len)
+{
+	struct ibv_sge sge = { (uintptr_t)C.buf + off, len, C.mr->lkey };
+	struct ibv_recv_wr wr, *bad;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	CHECK(ibv_post_recv(qp, &wr, &bad) == 0);
+}
+
+/* One completion through the extended poll (all accessors), with a deadline. */
+static int xpoll1(struct ibv_cq_ex *cq, struct ibv_wc *wc, int ms)
+{
+	struct ibv_poll_cq_attr pa = { 0 };
+	uint64_t end = mono_ms() + (uint64_t)ms;
+	int rc;
+
+	while ((rc = ibv_start_poll(cq, &pa)) == ENOENT) {
+		if (mono_ms() > end)
+			return 0;
+		usleep(50);
+	}
+	CHECK(rc == 0);
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = cq->wr_id;
+	wc->status = cq->status;
+	wc->opcode = ibv_wc_read_opcode(cq);
+	wc->vendor_err = ibv_wc_read_vendor_err(cq);
+	wc->byte_len = ibv_wc_read_byte_len(cq);
+	wc->imm_data = ibv_wc_read_imm_data(cq);
+	wc->qp_num = ibv_wc_read_qp_num(cq);
+	wc->src_qp = ibv_wc_read_src_qp(cq);
+	wc->wc_flags = ibv_wc_read_wc_flags(cq);
+	wc->slid = (uint16_t)ibv_wc_read_slid(cq);
+	wc->sl = ibv_wc_read_sl(cq);
+	wc->dlid_path_bits = ibv_wc_read_dlid_path_bits(cq);
+	ibv_end_poll(cq);
+	return 1;
+}
+
+static int wc_same(const struct ibv_wc *x, const struct ibv_wc *y)
+{
+	return x->wr_id == y->wr_id && x->status == y->status && x->opcode == y->opcode &&
+	       x->vendor_err == y->vendor_err && x->byte_len == y->byte_len &&
+	       x->imm_data == y->imm_data && x->qp_num == y->qp_num && x->src_qp == y->src_qp &&
+	       x->wc_flags == y->wc_flags && x->slid == y->slid && x->sl == y->sl &&
+	       x->dlid_path_bits == y->dlid_path_bits;
+}
+
+/* The four payload opcodes from a to b, classic post; every completion of
+ * round 0 polled with poll_cq, of round 1 with the extended poll. */
+static void xround(struct xpair *x, int ext, struct ibv_wc *wa, struct ibv_wc *wb)
+{
+	struct { enum ibv_wr_opcode op; uint32_t len; } ops[] = {
+		{ IBV_WR_SEND_WITH_IMM, 300 }, { IBV_WR_RDMA_WRITE_WITH_IMM, 500 },
+		{ IBV_WR_RDMA_WRITE, 700 }, { IBV_WR_RDMA_READ, 900 },
+	};
+	int i;
+
+	memset(C.buf, SENT_C, 4u << 20);
+	memset(C.buf + XB, SENT_C, 4u << 20);
+	for (i = 0; i < 2; i++)
+		xrecv(x->b, 0xb0 + (uint64_t)i, XB + (1u << 20) + (uint64_t)i * 4096, 4096);
+	for (i = 0; i < 4; i++) {
+		struct ibv_sge sge = { (uintptr_t)C.buf + (uint64_t)i * 4096, ops[i].len, C.mr->lkey };
+		struct ibv_send_wr wr, *bad;
+
+		fill(i == 3 ? C.buf + XB : C.buf, (uint64_t)i * 4096, ops[i].len, 40 + (uint32_t)i);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 0xa0 + (uint64_t)i;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = ops[i].op;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.imm_data = htonl(0x1000 + (uint32_t)i);
+		wr.wr.rdma.remote_addr = (uintptr_t)C.buf + XB + (uint64_t)i * 4096;
+		wr.wr.rdma.rkey = C.mr->rkey;
+		CHECK(ibv_post_send(x->a, &wr, &bad) == 0);
+	}
+	for (i = 0; i < 4; i++)
+		CHECK(ext ? xpoll1(x->cqa, &wa[i], 20000) : poll1(ibv_cq_ex_to_cq(x->cqa), &wa[i], 20000));
+	for (i = 0; i < 2; i++)
+		CHECK(ext ? xpoll1(x->cqb, &wb[i], 20000) : poll1(ibv_cq_ex_to_cq(x->cqb), &wb[i], 20000));
+	/* the bytes, whichever poll saw the completions */
+	CHECK(mismatches(C.buf + XB + (1u << 20), 0, 300, 40) == 0);
+	CHECK(mismatches(C.buf + XB, 4096, 500, 41) == 0);
+	CHECK(mismatches(C.buf + XB, 8192, 700, 42) == 0);
+	CHECK(mismatches(C.buf, 3 * 4096, 900, 43) == 0);
+}
+
+static void sc_ext_cq(void)
+{
+	struct ibv_device_attr da;
+	struct ibv_device_attr_ex dx;
+	struct ibv_cq_init_attr_ex ca;
+	struct ibv_poll_cq_attr pa = { 0 };
+	struct ibv_wc wa[2][4], wb[2][2];
+	struct xpair x;
+	int i, same = 1, refused;
+
+	CHECK(verbs_get_ctx(C.e.ctx) != NULL);
+	CHECK(ibv_query_device(C.e.ctx, &da) == 0);
+	memset(&dx, 0xee, sizeof(dx));
+	CHECK(ibv_query_device_ex(C.e.ctx, NULL, &dx) == 0);
+	out("{\"op\":\"query_device_ex\",\"orig_equal\":%d,\"ports\":%u,\"ports_ex\":%u,\"ts_mask\":%llu}",
+	    !memcmp(&da, &dx.orig_attr, sizeof(da)), da.phys_port_cnt, dx.phys_port_cnt_ex,
+	    (unsigned long long)dx.completion_timestamp_mask);
+	/* what the model cannot serve is refused as mlx5 refuses it */
+	memset(&ca, 0, sizeof(ca));
+	ca.cqe = 16;
+	ca.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	errno = 0;
+	refused = ibv_create_cq_ex(C.e.ctx, &ca) == NULL;
+	out("{\"op\":\"cq_ex_refused\",\"what\":\"timestamp\",\"null\":%d,\"errno\":%d}", refused, errno);
+	ca.wc_flags = 0;
+	ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+	ca.parent_domain = C.e.pd;
+	errno = 0;
+	refused = ibv_create_cq_ex(C.e.ctx, &ca) == NULL;
+	out("{\"op\":\"cq_ex_refused\",\"what\":\"pd\",\"null\":%d,\"errno\":%d}", refused, errno);
+	xpair_new(&x, 0, RW);
+	out("{\"op\":\"cq_ex_empty\",\"rc\":%d,\"ts_reader\":%d}", ibv_start_poll(x.cqa, &pa),
+	    x.cqa->read_completion_ts != NULL);
+	xround(&x, 0, wa[0], wb[0]);
+	xround(&x, 1, wa[1], wb[1]);
+	for (i = 0; i < 4; i++)
+		same &= wc_same(&wa[0][i], &wa[1][i]);
+	for (i = 0; i < 2; i++)
+		same &= wc_same(&wb[0][i], &wb[1][i]);
+	out("{\"op\":\"cq_ex_poll\",\"same\":%d,\"send_ops\":[%d,%d,%d,%d],\"recv_ops\":[%d,%d],"
+	    "\"imm\":[%u,%u],\"src_qp_ok\":%d,\"recv_flags\":[%u,%u]}",
+	    same, wa[1][0].opcode, wa[1][1].opcode, wa[1][2].opcode, wa[1][3].opcode, wb[1][0].opcode,
+	    wb[1][1].opcode, ntohl(wb[1][0].imm_data), ntohl(wb[1][1].imm_data),
+	    wb[1][0].src_qp == x.a->qp_num && wb[1][1].src_qp == x.a->qp_num, wb[1][0].wc_flags,
+	    wb[1][1].wc_flags);
+	xpair_free(&x);
+}
+
+#define XOPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+	      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ)
+
+/* ibv_create_qp_ex on the client's context; NULL and errno when refused. */
+static struct ibv_qp *xqp_try(uint32_t comp_mask, uint64_t send_ops, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr_ex ax;
+
+	memset(&ax, 0, sizeof(ax));
+	ax.send_cq = ax.recv_cq = cq;
+	ax.qp_type = IBV_QPT_RC;
+	ax.cap.max_send_wr = ax.cap.max_recv_wr = 4;
+	ax.cap.max_send_sge = ax.cap.max_recv_sge = 1;
+	ax.pd = C.e.pd;
+	ax.comp_mask = comp_mask;
+	ax.send_ops_flags = send_ops;
+	errno = 0;
+	return ibv_create_qp_ex(C.e.ctx, &ax);
+}
+
+static void xrefused(const char *what, uint32_t comp_mask, uint64_t send_ops)
+{
+	struct ibv_qp *qp = xqp_try(comp_mask, send_ops, C.e.cq);
+	int err = errno;
+
+	if (qp)
+		CHECK(ibv_destroy_qp(qp) == 0);
+	out("{\"op\":\"qp_ex_refused\",\"what\":\"%s\",\"null\":%d,\"errno\":%d}", what, qp == NULL, err);
+}
+
+/* No completion on cq for ms (the extended poll answers ENOENT throughout). */
+static int xquiet(struct ibv_cq_ex *cq, int ms)
+{
+	struct ibv_wc wc;
+
+	return !xpoll1(cq, &wc, ms);
+}
+
+static void sc_ext_post(void)
+{
+	const uint32_t PD_SEND = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	struct ibv_wc wa[5], wb[3];
+	struct ibv_sge two[2];
+	struct ibv_data_buf bufs[2];
+	uint8_t inl[64], inl2[40];
+	struct xpair x;
+	struct ibv_qp *qp;
+	struct ibv_qp_ex *qx;
+	uint8_t *l = C.buf, *r = C.buf + XB;
+	uint64_t R = (uintptr_t)r;
+	int i, rc, ok;
+
+	/* what the model cannot serve is refused as rdma-core with mlx5 refuses it */
+	xrefused("send_with_inv", PD_SEND, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV);
+	xrefused("tso", PD_SEND, IBV_QP_EX_WITH_TSO);
+	xrefused("no_pd", IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_EX_WITH_SEND);
+	xrefused("unknown_mask", PD_SEND | (1u << 20), IBV_QP_EX_WITH_SEND);
+	/* only the asked opcodes get a pointer; a QP without send_ops has no qp_ex */
+	qp = xqp_try(PD_SEND, IBV_QP_EX_WITH_RDMA_WRITE, C.e.cq);
+	CHECK(qp != NULL);
+	qx = ibv_qp_to_qp_ex(qp);
+	{
+		struct ibv_qp *classic = qp_new(&C.e, 4, 4);
+		struct ibv_qp *pd_only = xqp_try(IBV_QP_INIT_ATTR_PD, 0, C.e.cq);
+
+		CHECK(pd_only != NULL);
+		out("{\"op\":\"qp_ex_ops\",\"write\":%d,\"send\":%d,\"read\":%d,\"classic_qp_ex\":%d,"
+		    "\"pd_only_qp_ex\":%d}",
+		    qx && qx->wr_rdma_write != NULL, qx && qx->wr_send != NULL, qx && qx->wr_rdma_read != NULL,
+		    ibv_qp_to_qp_ex(classic) != NULL, ibv_qp_to_qp_ex(pd_only) != NULL);
+		CHECK(ibv_destroy_qp(classic) == 0);
+		CHECK(ibv_destroy_qp(pd_only) == 0);
+	}
+	CHECK(ibv_destroy_qp(qp) == 0);
+
+	xpair_new(&x, XOPS, RW);
+	qx = x.ax;
+	memset(l, SENT_C, 4u << 20);
+	memset(r, SENT_C, 4u << 20);
+	fill(l, 0, 1000, 60);                 /* WRITE source */
+	fill(l, 4096, 600, 61);               /* WRITE_IMM, two SGEs */
+	fill(l, 8192, 400, 62);
+	fill(r, 3 * 4096, 2000, 63);          /* READ source */
+	fill(inl, 0, sizeof(inl), 64);        /* SEND, inline */
+	fill(inl2, 0, sizeof(inl2), 65);      /* SEND_IMM, inline list */
+	for (i = 0; i < 3; i++)
+		xrecv(x.b, 0xb0 + (uint64_t)i, XB + (1u << 20) + (uint64_t)i * 4096, 4096);
+	ibv_wr_start(qx);
+	qx->wr_id = 0xe0;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qx, C.mr->rkey, R);
+	ibv_wr_set_sge(qx, C.mr->lkey, (uintptr_t)l, 1000);
+	qx->wr_id = 0xe1;
+	ibv_wr_rdma_write_imm(qx, C.mr->rkey, R + 4096, htonl(0xabc));
+	two[0] = (struct ibv_sge){ (uintptr_t)l + 4096, 600, C.mr->lkey };
+	two[1] = (struct ibv_sge){ (uintptr_t)l + 8192, 400, C.mr->lkey };
+	ibv_wr_set_sge_list(qx, 2, two);
+	qx->wr_id = 0xe2;
+	ibv_wr_send(qx);
+	ibv_wr_set_inline_data(qx, inl, sizeof(inl));
+	memset(inl, 0, sizeof(inl)); /* copied at the call: reusable at once */
+	qx->wr_id = 0xe3;
+	ibv_wr_send_imm(qx, htonl(0xdef));
+	bufs[0] = (struct ibv_data_buf){ inl2, 15 };
+	bufs[1] = (struct ibv_data_buf){ inl2 + 15, sizeof(inl2) - 15 };
+	ibv_wr_set_inline_data_list(qx, 2, bufs);
+	memset(inl2, 0, sizeof(inl2));
+	qx->wr_id = 0xe4;
+	ibv_wr_rdma_read(qx, C.mr->rkey, R + 3 * 4096);
+	ibv_wr_set_sge(qx, C.mr->lkey, (uintptr_t)l + 3 * 4096, 2000);
+	rc = ibv_wr_complete(qx);
+	CHECK(rc == 0);
+	for (i = 0; i < 5; i++)
+		CHECK(xpoll1(x.cqa, &wa[i], 20000));
+	for (i = 0; i < 3; i++)
+		CHECK(xpoll1(x.cqb, &wb[i], 20000));
+	ok = 1;
+	for (i = 0; i < 5; i++)
+		ok &= wa[i].status == IBV_WC_SUCCESS && wa[i].wr_id == 0xe0 + (uint64_t)i;
+	for (i = 0; i < 3; i++)
+		ok &= wb[i].status == IBV_WC_SUCCESS && wb[i].wr_id == 0xb0 + (uint64_t)i;
+	fill(inl, 0, sizeof(inl), 64);
+	fill(inl2, 0, sizeof(inl2), 65);
+	out("{\"op\":\"ext_batch\",\"rc\":%d,\"completions_ok\":%d,\"send_ops\":[%d,%d,%d,%d,%d],"
+	    "\"recv\":[[%d,%u,%u],[%d,%u,%u],[%d,%u,%u]],"
+	    "\"write\":%llu,\"write_imm\":%llu,\"send\":%llu,\"send_imm\":%llu,\"read\":%llu,\"around\":%llu}",
+	    rc, ok, wa[0].opcode, wa[1].opcode, wa[2].opcode, wa[3].opcode, wa[4].opcode,
+	    wb[0].opcode, wb[0].byte_len, ntohl(wb[0].imm_data), wb[1].opcode, wb[1].byte_len,
+	    ntohl(wb[1].imm_data), wb[2].opcode, wb[2].byte_len, ntohl(wb[2].imm_data),
+	    (unsigned long long)mismatches(r, 0, 1000, 60),
+	    (unsigned long long)(mismatches(r, 4096, 600, 61) + mismatches(r + 4096 + 600, 0, 400, 62)),
+	    (unsigned long long)(memcmp(r + (1u << 20) + 4096, inl, sizeof(inl)) != 0),
+	    (unsigned long long)(memcmp(r + (1u << 20) + 8192, inl2, sizeof(inl2)) != 0),
+	    (unsigned long long)mismatches(l, 3 * 4096, 2000, 63),
+	    (unsigned long long)(not_byte(r, 1000, 4096 - 1000, SENT_C) + not_byte(r, 4096 + 1000, 4096 - 1000, SENT_C) +
+				 not_byte(l, 3 * 4096 + 2000, 4096, SENT_C)));
+
+	/* wr_abort: nothing of the batch is posted */
+	memset(r, SENT_C, 8192);
+	ibv_wr_start(qx);
+	qx->wr_id = 0xf0;
+	ibv_wr_rdma_write(qx, C.mr->rkey, R);
+	ibv_wr_set_sge(qx, C.mr->lkey, (uintptr_t)l, 1000);
+	ibv_wr_abort(qx);
+	out("{\"op\":\"ext_abort\",\"quiet\":%d,\"outstanding\":%ld,\"untouched\":%llu}", xquiet(x.cqa, 300),
+	    orbite_provider_qp_outstanding(x.a), (unsigned long long)not_byte(r, 0, 8192, SENT_C));
+
+	/* a failing WR in a batch: wr_complete answers its errno, as mlx5
+	 * nothing of the batch is posted, and the QP goes on */
+	ibv_wr_start(qx);
+	qx->wr_id = 0xf1;
+	ibv_wr_rdma_write(qx, C.mr->rkey, R);
+	ibv_wr_set_sge(qx, C.mr->lkey, (uintptr_t)l, 1000);
+	qx->wr_id = 0xf2;
+	ibv_wr_rdma_write(qx, C.mr->rkey, R + 4096);
+	{
+		struct ibv_sge five[5];
+
+		for (i = 0; i < 5; i++)
+			five[i] = (struct ibv_sge){ (uintptr_t)l, 8, C.mr->lkey };
+		ibv_wr_set_sge_list(qx, 5, five); /* max_send_sge is 4 */
+	}
+	rc = ibv_wr_complete(qx);
+	out("{\"op\":\"ext_bad_sge\",\"rc\":%d,\"quiet\":%d,\"outstanding\":%ld,\"untouched\":%llu}", rc,
+	    xquiet(x.cqa, 300), orbite_provider_qp_outstanding(x.a),
+	    (unsigned long long)not_byte(r, 0, 8192, SENT_C));
+	ibv_wr_start(qx);
+	qx->wr_id = 0xf3;
+	ibv_wr_send(qx);
+	{
+		uint8_t big_inl[65] = { 0 };
+
+		ibv_wr_set_inline_data(qx, big_inl, sizeof(big_inl)); /* max_inline_data is 64 */
+	}
+	rc = ibv_wr_complete(qx);
+	out("{\"op\":\"ext_bad_inline\",\"rc\":%d,\"quiet\":%d}", rc, xquiet(x.cqa, 300));
+	/* a WR the send queue refuses at post (RDMA_READ inline) fails the batch
+	 * after a good one: the good one is not posted either */
+	ibv_wr_start(qx);
+	qx->wr_id = 0xf4;
+	ibv_wr_rdma_write(qx, C.mr->rkey, R);
+	ibv_wr_set_sge(qx, C.mr->lkey, (uintptr_t)l, 1000);
+	qx->wr_id = 0xf5;
+	qx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_rdma_read(qx, C.mr->rkey, R);
+	ibv_wr_set_inline_data(qx, inl, 8);
+	rc = ibv_wr_complete(qx);
+	out("{\"op\":\"ext_bad_post\",\"rc\":%d,\"quiet\":%d,\"outstanding\":%ld,\"untouched\":%llu}", rc,
+	    xquiet(x.cqa, 300), orbite_provider_qp_outstanding(x.a),
+	    (unsigned long long)not_byte(r, 0, 8192, SENT_C));
+	/* the same checks as post_send: a bad rkey completes with REM_ACCESS_ERR */
+	ibv_wr_start(qx);
+	qx->wr_id = 0xf6;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qx, C.mr->rkey ^ 0x100, R);
+	ibv_wr_set_sge(qx, C.mr->lkey, (uintptr_t)l, 16);
+	rc = ibv_wr_complete(qx);
+	CHECK(xpoll1(x.cqa, &wa[0], 20000));
+	out("{\"op\":\"ext_bad_rkey\",\"rc\":%d,\"wr_id\":%llu,\"status\":%d}", rc,
+	    (unsigned long long)wa[0].wr_id, wa[0].status);
+	xpair_free(&x);
+}
+
+/* ------------------------------------------------------------- atomics -- */
+
+#define RWA (RW | IBV_ACCESS_REMOTE_ATOMIC)
+
+static int post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id, void *laddr,
+		       uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t compare_add, uint64_t swap)
+{
+	struct ibv_sge sge = { (uintptr_t)laddr, 8, lkey };
+	struct ibv_send_wr wr, *bad;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.atomic.remote_addr = raddr;
+	wr.wr.atomic.rkey = rkey;
+	wr.wr.atomic.compare_add = compare_add;
+	wr.wr.atomic.swap = swap;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static uint64_t u64_at(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static void u64_put(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+/* One atomic on a fresh pair whose responder has b_access; the status. */
+static int atomic_case(int b_access, uint64_t roff, uint32_t rkey)
+{
+	struct xpair x;
+	struct ibv_wc wc;
+
+	xpair_new(&x, 0, b_access);
+	CHECK(post_atomic(x.a, IBV_WR_ATOMIC_FETCH_AND_ADD, 0xc0, C.buf, C.mr->lkey,
+			  (uintptr_t)C.buf + XB + roff, rkey, 1, 0) == 0);
+	CHECK(xpoll1(x.cqa, &wc, 20000) && wc.wr_id == 0xc0);
+	xpair_free(&x);
+	return wc.status;
+}
+
+static void sc_atomics(void)
+{
+	enum { NP = 4, PER = 50, ROUNDS = 4 };
+	struct ibv_device_attr da;
+	struct ibv_mr *amr;
+	struct xpair x, xs[NP];
+	struct ibv_wc wc[6];
+	uint8_t *l = C.buf, *r = C.buf + XB;
+	uint64_t R = (uintptr_t)r, total = (uint64_t)NP * PER * ROUNDS, sum = 0;
+	static uint8_t seen[NP * PER * ROUNDS];
+	int i, k, p, rc, distinct = 1;
+
+	CHECK(ibv_query_device(C.e.ctx, &da) == 0);
+	amr = ibv_reg_mr(C.e.pd, r, 1u << 20, RWA);
+	CHECK(amr != NULL);
+	memset(l, SENT_C, 4096);
+	memset(r, SENT_C, 4096);
+	u64_put(r, 5);
+	u64_put(r + 8, 100);
+	/* classic post: a swap that matches, one that does not, an add */
+	xpair_new(&x, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, RWA);
+	CHECK(post_atomic(x.a, IBV_WR_ATOMIC_CMP_AND_SWP, 0xd0, l, C.mr->lkey, R, amr->rkey, 5, 9) == 0);
+	CHECK(post_atomic(x.a, IBV_WR_ATOMIC_CMP_AND_SWP, 0xd1, l + 16, C.mr->lkey, R, amr->rkey, 1, 7) == 0);
+	CHECK(post_atomic(x.a, IBV_WR_ATOMIC_FETCH_AND_ADD, 0xd2, l + 32, C.mr->lkey, R, amr->rkey,
+			  0x100000001ull, 0) == 0);
+	/* the same through the wr_* family */
+	ibv_wr_start(x.ax);
+	x.ax->wr_flags = IBV_SEND_SIGNALED;
+	x.ax->wr_id = 0xd3;
+	ibv_wr_atomic_cmp_swp(x.ax, amr->rkey, R + 8, 100, 200);
+	ibv_wr_set_sge(x.ax, C.mr->lkey, (uintptr_t)l + 48, 8);
+	x.ax->wr_id = 0xd4;
+	ibv_wr_atomic_fetch_add(x.ax, amr->rkey, R + 8, 22);
+	ibv_wr_set_sge(x.ax, C.mr->lkey, (uintptr_t)l + 64, 8);
+	rc = ibv_wr_complete(x.ax);
+	CHECK(rc == 0);
+	for (i = 0; i < 5; i++)
+		CHECK(xpoll1(x.cqa, &wc[i], 20000));
+	out("{\"op\":\"atomic_values\",\"cap\":%d,\"status\":[%d,%d,%d,%d,%d],\"opcodes\":[%d,%d,%d,%d,%d],"
+	    "\"byte_len\":%u,\"orig\":[%llu,%llu,%llu,%llu,%llu],\"remote\":[%llu,%llu],\"around\":%llu}",
+	    da.atomic_cap, wc[0].status, wc[1].status, wc[2].status, wc[3].status, wc[4].status,
+	    wc[0].opcode, wc[1].opcode, wc[2].opcode, wc[3].opcode, wc[4].opcode, wc[0].byte_len,
+	    (unsigned long long)u64_at(l), (unsigned long long)u64_at(l + 16),
+	    (unsigned long long)u64_at(l + 32), (unsigned long long)u64_at(l + 48),
+	    (unsigned long long)u64_at(l + 64), (unsigned long long)u64_at(r),
+	    (unsigned long long)u64_at(r + 8),
+	    (unsigned long long)(not_byte(l, 8, 8, SENT_C) + not_byte(l, 24, 8, SENT_C) +
+				 not_byte(l, 40, 8, SENT_C) + not_byte(l, 56, 8, SENT_C) +
+				 not_byte(l, 72, 4096 - 72, SENT_C) + not_byte(r, 16, 4096 - 16, SENT_C)));
+	/* opcodes not modelled: "not supported" at post, as mlx5 */
+	{
+		struct ibv_sge sge = { (uintptr_t)l, 8, C.mr->lkey };
+		struct ibv_send_wr wr, *bad;
+
+		memset(&wr, 0, sizeof(wr));
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND_WITH_INV;
+		rc = ibv_post_send(x.a, &wr, &bad);
+		wr.opcode = IBV_WR_ATOMIC_WRITE;
+		out("{\"op\":\"not_modelled\",\"send_with_inv\":%d,\"atomic_write\":%d}", rc,
+		    ibv_post_send(x.a, &wr, &bad));
+	}
+	xpair_free(&x);
+	/* what the responder refuses */
+	out("{\"op\":\"atomic_errors\",\"misaligned\":%d,\"mr_no_atomic\":%d,\"qp_no_atomic\":%d,"
+	    "\"out_of_bounds\":%d}",
+	    atomic_case(RWA, 4, amr->rkey), atomic_case(RWA, 0, C.mr->rkey), atomic_case(RW, 0, amr->rkey),
+	    atomic_case(RWA, 1u << 20, amr->rkey));
+	/* atomic with respect to each other: NP requesters add 1 to one counter
+	 * concurrently; every original value is seen exactly once */
+	u64_put(r + 256, 0);
+	for (p = 0; p < NP; p++)
+		xpair_new(&xs[p], 0, RWA);
+	for (k = 0; k < ROUNDS; k++) {
+		for (i = 0; i < PER; i++)
+			for (p = 0; p < NP; p++)
+				CHECK(post_atomic(xs[p].a, IBV_WR_ATOMIC_FETCH_AND_ADD, (uint64_t)i,
+						  l + 8 * ((uint64_t)p * PER + (uint64_t)i), C.mr->lkey, R + 256,
+						  amr->rkey, 1, 0) == 0);
+		for (p = 0; p < NP; p++)
+			for (i = 0; i < PER; i++) {
+				struct ibv_wc w;
+
+				CHECK(xpoll1(xs[p].cqa, &w, 20000) && w.status == IBV_WC_SUCCESS);
+			}
+		for (i = 0; i < NP * PER; i++) {
+			uint64_t v = u64_at(l + 8 * (uint64_t)i);
+
+			if (v >= total || seen[v])
+				distinct = 0;
+			else
+				seen[v] = 1;
+			sum += v;
+		}
+	}
+	for (p = 0; p < NP; p++)
+		xpair_free(&xs[p]);
+	out("{\"op\":\"atomic_concurrent\",\"counter\":%llu,\"expect\":%llu,\"distinct\":%d}",
+	    (unsigned long long)u64_at(r + 256), (unsigned long long)total, distinct);
+	CHECK(ibv_dereg_mr(amr) == 0);
+}
+
 static void sc_bench(char **argv)
 {
 	int read = !strcmp(argv[0], "READ");
@@ -1446,6 +2018,12 @@ int main(int argc, char **argv)
 		sc_inflight(1);
 	else if (!strcmp(sc, "mw"))
 		sc_mw();
+	else if (!strcmp(sc, "atomics"))
+		sc_atomics();
+	else if (!strcmp(sc, "ext_post"))
+		sc_ext_post();
+	else if (!strcmp(sc, "ext_cq"))
+		sc_ext_cq();
 	else if (!strcmp(sc, "bench") && argc > 10)
 		sc_bench(argv + 5);
 	else

@@ -451,6 +451,91 @@ def test_memory_windows_type_1_and_2(build, hosts, tmp_path):
     assert own[1] == {"op": "mw", "type": 2, "after_invalidate": REM_ACCESS_ERR}
 
 
+# ----------------------------------------------------------- extended verbs --
+# ibv_wc_opcode values
+WC_SEND, WC_RDMA_WRITE, WC_RDMA_READ, WC_RECV, WC_RECV_RDMA_WITH_IMM = 0, 1, 2, 128, 129
+EOPNOTSUPP, EINVAL, ENOENT = 95, 22, 2
+
+
+def test_extended_device_query_and_extended_cq_poll(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "ext_cq")
+    query = pair.one("query_device_ex")
+    # the same device as ibv_query_device; no completion timestamps modelled
+    assert query == {"op": "query_device_ex", "orig_equal": 1, "ports": 1, "ports_ex": 1, "ts_mask": 0}
+    assert pair.one("cq_ex_refused", what="timestamp") == {
+        "op": "cq_ex_refused", "what": "timestamp", "null": 1, "errno": EOPNOTSUPP}
+    assert pair.one("cq_ex_refused", what="pd") == {"op": "cq_ex_refused", "what": "pd", "null": 1, "errno": EINVAL}
+    assert pair.one("cq_ex_empty") == {"op": "cq_ex_empty", "rc": ENOENT, "ts_reader": 0}
+    # the extended poll reads what poll_cq reads, field by field, on the same CQs
+    assert pair.one("cq_ex_poll") == {
+        "op": "cq_ex_poll",
+        "same": 1,
+        "send_ops": [WC_SEND, WC_RDMA_WRITE, WC_RDMA_WRITE, WC_RDMA_READ],
+        "recv_ops": [WC_RECV, WC_RECV_RDMA_WITH_IMM],
+        "imm": [0x1000, 0x1001],
+        "src_qp_ok": 1,
+        "recv_flags": [2, 2],  # IBV_WC_WITH_IMM
+    }
+
+
+def test_extended_post_goes_through_the_same_checks_and_queue(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "ext_post")
+    refused = {x["what"]: (x["null"], x["errno"]) for x in pair.ops("qp_ex_refused")}
+    assert refused == {
+        "send_with_inv": (1, EOPNOTSUPP),  # not modelled
+        "tso": (1, EOPNOTSUPP),
+        "no_pd": (1, EINVAL),  # an RC QP needs its PD
+        "unknown_mask": (1, EINVAL),
+    }
+    # a pointer per asked opcode; ibv_qp_to_qp_ex is NULL without send_ops_flags
+    assert pair.one("qp_ex_ops") == {
+        "op": "qp_ex_ops", "write": 1, "send": 0, "read": 0, "classic_qp_ex": 0, "pd_only_qp_ex": 0}
+    # one batch of every RC opcode: completions in order, every byte where it belongs and nowhere else
+    assert pair.one("ext_batch") == {
+        "op": "ext_batch",
+        "rc": 0,
+        "completions_ok": 1,
+        "send_ops": [WC_RDMA_WRITE, WC_RDMA_WRITE, WC_SEND, WC_SEND, WC_RDMA_READ],
+        # the responder's receives: WRITE_WITH_IMM (two SGEs), SEND inline, SEND_WITH_IMM inline list
+        "recv": [[WC_RECV_RDMA_WITH_IMM, 1000, 0xABC], [WC_RECV, 64, 0], [WC_RECV, 40, 0xDEF]],
+        "write": 0, "write_imm": 0, "send": 0, "send_imm": 0, "read": 0, "around": 0,
+    }
+    # wr_abort drops the batch: no completion, no send-queue slot, no byte moved
+    assert pair.one("ext_abort") == {"op": "ext_abort", "quiet": 1, "outstanding": 0, "untouched": 0}
+    # a failing WR fails wr_complete with its errno and, as mlx5, drops the batch before it too
+    for op in ("ext_bad_sge", "ext_bad_post"):
+        assert pair.one(op) == {"op": op, "rc": EINVAL, "quiet": 1, "outstanding": 0, "untouched": 0}
+    assert pair.one("ext_bad_inline") == {"op": "ext_bad_inline", "rc": EINVAL, "quiet": 1}
+    # the keys are checked as for post_send
+    assert pair.one("ext_bad_rkey") == {"op": "ext_bad_rkey", "rc": 0, "wr_id": 0xF6, "status": REM_ACCESS_ERR}
+
+
+WC_COMP_SWAP, WC_FETCH_ADD, ATOMIC_HCA = 3, 4, 1
+
+
+def test_rc_atomics(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "atomics")
+    values = pair.one("atomic_values")
+    assert values["cap"] == ATOMIC_HCA
+    assert values["status"] == [SUCCESS] * 5
+    assert values["opcodes"] == [WC_COMP_SWAP, WC_COMP_SWAP, WC_FETCH_ADD, WC_COMP_SWAP, WC_FETCH_ADD]
+    assert values["byte_len"] == 8
+    # 5 -> swap(5, 9) -> 9, swap(1, 7) leaves 9, add 2^32 + 1; then 100 -> swap(100, 200) -> add 22
+    assert values["orig"] == [5, 9, 9, 100, 200]
+    assert values["remote"] == [9 + 0x100000001, 222]
+    assert values["around"] == 0  # 8 bytes each, nothing else touched
+    assert pair.one("not_modelled") == {"op": "not_modelled", "send_with_inv": EOPNOTSUPP, "atomic_write": EOPNOTSUPP}
+    assert pair.one("atomic_errors") == {
+        "op": "atomic_errors",
+        "misaligned": REM_INV_REQ_ERR,
+        "mr_no_atomic": REM_ACCESS_ERR,
+        "qp_no_atomic": REM_ACCESS_ERR,
+        "out_of_bounds": REM_ACCESS_ERR,
+    }
+    concurrent = pair.one("atomic_concurrent")
+    assert concurrent["counter"] == concurrent["expect"] == 800 and concurrent["distinct"] == 1
+
+
 # ------------------------------------------------------------ destroy, EBUSY --
 
 
