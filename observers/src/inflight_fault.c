@@ -120,8 +120,7 @@ static void inflight_context_opened(struct ibv_context *ctx, const char *dev)
 }
 
 /* The selected WR: stop its copy part way, then the QP to ERR. */
-static int interrupt(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr,
-		     struct ibv_send_wr **bad_wr, struct ibv_send_wr *w)
+static int interrupt(struct ibv_qp *qp, obs_go_fn go, void *arg, const struct obs_wr *w)
 {
 	stall_fn stall = (stall_fn)obs_real("orbite_provider_qp_stall");
 	counter_fn counter = (counter_fn)obs_real("orbite_provider_counter");
@@ -130,18 +129,18 @@ static int interrupt(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr
 	long long stalls0, landed0 = -1, landed = -1, end;
 	int ret, mret = -1, stalled = 0, st_before, st_after, p_before, p_after;
 	struct ibv_qp_attr attr;
-	uint64_t len = obs_wr_bytes(w);
+	uint64_t len = obs_sge_bytes(w->sg_list, w->num_sge);
 
 	if (!stall || !counter || !modify) {
 		refuse("the verbs provider has no stall hook (orbite_provider_qp_stall): nothing interrupted");
 		inflight_context_opened(NULL, NULL);
-		return orig(qp, wr, bad_wr);
+		return go(arg);
 	}
 	if ((uint64_t)stall_bytes >= len) {
 		refuse("ORBITE_INFLIGHT_FAULT_BYTES is not below the selected WR's length: nothing interrupted");
 		inflight_context_opened(NULL, NULL);
 		armed = 0;
-		return orig(qp, wr, bad_wr);
+		return go(arg);
 	}
 	p_before = port_state(qp->context);
 	stalls0 = counter("stalls");
@@ -159,7 +158,7 @@ static int interrupt(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr
 	sel.laddr = w->num_sge ? (void *)(uintptr_t)w->sg_list[0].addr : NULL;
 	sel.len = w->num_sge == 1 ? len : 0;
 	pthread_mutex_unlock(&flock);
-	ret = orig(qp, wr, bad_wr);
+	ret = go(arg);
 	st_before = qp_state(qp);
 	if (!ret) {
 		end = mono_ms() + wait_ms;
@@ -186,35 +185,28 @@ static int interrupt(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr
 	return ret;
 }
 
-static int inflight_post(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr,
-			 struct ibv_send_wr **bad_wr)
+static int inflight_post(struct ibv_qp *qp, const struct obs_wr *wrs, size_t n, obs_go_fn go, void *arg)
 {
-	struct ibv_send_wr *w, *hit = NULL;
+	size_t i, hit = n;
 
 	if (!armed)
-		return orig(qp, wr, bad_wr);
+		return go(arg);
 	pthread_mutex_lock(&flock);
-	for (w = wr; w; w = w->next) {
-		if (!obs_payload_opcode(w->opcode))
-			continue;
+	for (i = 0; i < n; i++)
 		if (seen++ == skip && !sel.posted)
-			hit = w;
-	}
+			hit = i;
 	pthread_mutex_unlock(&flock);
 	/* The provider's stall hook applies to the next payload WR of the QP:
 	 * only the first payload WR of a post can be the interrupted one. */
-	if (hit) {
-		for (w = wr; w && !obs_payload_opcode(w->opcode); w = w->next)
-			;
-		if (w != hit) {
-			refuse("the selected WR is not the first payload WR of its post: nothing interrupted");
-			inflight_context_opened(NULL, NULL);
-			armed = 0;
-			return orig(qp, wr, bad_wr);
-		}
-		return interrupt(orig, qp, wr, bad_wr, hit);
+	if (hit == n)
+		return go(arg);
+	if (hit != 0) {
+		refuse("the selected WR is not the first payload WR of its post: nothing interrupted");
+		inflight_context_opened(NULL, NULL);
+		armed = 0;
+		return go(arg);
 	}
-	return orig(qp, wr, bad_wr);
+	return interrupt(qp, go, arg, &wrs[0]);
 }
 
 /* Under the core's ledger lock: the selected WR's completion. */

@@ -3,7 +3,8 @@
  * The core interposes ibv_open_device/ibv_close_device and the memory
  * registration calls (and dlsym, so engines that dlopen libibverbs with
  * RTLD_LOCAL are caught too), wraps the inline data-path ops in context->ops
- * (post_send, poll_cq), keeps the WR ledger that joins each accepted payload
+ * (post_send, poll_cq) and the extended ones (the wr_* family of each
+ * ibv_qp_ex, start/next/end_poll of each ibv_cq_ex), keeps the WR ledger that joins each accepted payload
  * WR to its completion, hashes the local bytes of each successful payload WR
  * (tools with .digests), and writes the observer log (contract 3: a JSON
  * header line, then fixed-size binary records or JSON lines, see
@@ -25,8 +26,18 @@ struct obs_hook {
 	void *real;
 };
 
-/* The provider's post_send as the core calls it. */
-typedef int (*obs_post_fn)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+/* One payload WR of a post, whichever call posts it (ibv_post_send, or the
+ * wr_* builders of an ibv_qp_ex up to wr_complete). */
+struct obs_wr {
+	uint64_t wr_id;
+	enum ibv_wr_opcode opcode;
+	int num_sge;
+	const struct ibv_sge *sg_list;
+	int inline_data; /* the bytes were copied at the call (no MR names them) */
+};
+
+/* The provider's post as the core calls it: returns its result. */
+typedef int (*obs_go_fn)(void *arg);
 
 struct obs_tool {
 	const char *name; /* "accounting" | "cq_fault" | "uverbs_fault" | "inflight_fault" */
@@ -38,13 +49,13 @@ struct obs_tool {
 	void (*context_opened)(struct ibv_context *ctx, const char *dev);
 	void (*context_closing)(struct ibv_context *ctx);
 	struct obs_hook *hooks; /* extra interposed functions, NULL-terminated */
-	/* When set, the core calls this instead of the provider's post_send
-	 * (outside the ledger lock, after the WRs are recorded); it must call
-	 * `orig` with the same arguments and return its result. */
-	int (*post)(obs_post_fn orig, struct ibv_qp *qp, struct ibv_send_wr *wr,
-		    struct ibv_send_wr **bad_wr);
-	/* Called under the ledger lock for every completion poll_cq returns
-	 * (before the core logs it). */
+	/* When set, the core calls this instead of the provider's post
+	 * (outside the ledger lock, after the WRs are recorded): `wrs` are the
+	 * post's payload WRs in order; it must call go(arg) once and return its
+	 * result. */
+	int (*post)(struct ibv_qp *qp, const struct obs_wr *wrs, size_t n, obs_go_fn go, void *arg);
+	/* Called under the ledger lock for every completion poll_cq or the
+	 * extended poll returns (before the core logs it). */
 	void (*completed)(struct ibv_context *ctx, struct ibv_cq *cq, const struct ibv_wc *wc);
 	/* Hash the local range of every successful payload WR and its guard
 	 * windows (docs/observers.md, "Digests"). */
@@ -67,8 +78,8 @@ void obs_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "RDMA_READ" or "RDMA_WRITE" for a payload WR's opcode (WRITE_WITH_IMM is a
  * WRITE), NULL for any other work. */
 const char *obs_payload_opcode(enum ibv_wr_opcode op);
-/* The bytes a WR's scatter list names. */
-uint64_t obs_wr_bytes(const struct ibv_send_wr *wr);
+/* The bytes a scatter list names. */
+uint64_t obs_sge_bytes(const struct ibv_sge *sg_list, int num_sge);
 /* Copy the device name of an observed context into buf; 0 when unknown. */
 int obs_context_dev(struct ibv_context *ctx, char *buf, size_t len);
 

@@ -201,6 +201,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
 		 int access) OBS_EXPORT;
 int ibv_dereg_mr(struct ibv_mr *mr) OBS_EXPORT;
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) OBS_EXPORT;
 
 static struct obs_hook core_hooks[] = {
 	{ "ibv_open_device", (void *)ibv_open_device, NULL },
@@ -210,6 +211,7 @@ static struct obs_hook core_hooks[] = {
 	{ "ibv_reg_mr_iova2", (void *)ibv_reg_mr_iova2, NULL },
 	{ "ibv_rereg_mr", (void *)ibv_rereg_mr, NULL },
 	{ "ibv_dereg_mr", (void *)ibv_dereg_mr, NULL },
+	{ "ibv_qp_to_qp_ex", (void *)ibv_qp_to_qp_ex, NULL },
 	{ NULL, NULL, NULL },
 };
 
@@ -226,6 +228,26 @@ static struct obs_hook *find_hook(const char *name)
 	return NULL;
 }
 
+/* libibverbs when it is not in the global scope: a program that dlopens it
+ * (or a library linked to it, as Python loads pyverbs) with RTLD_LOCAL.
+ * RTLD_NEXT then finds nothing; the library is already loaded (the caller
+ * holds a device from it), and dlopen by its soname with RTLD_NOLOAD finds
+ * that very object without loading another.  The handle is kept: it keeps
+ * the library mapped while its functions are remembered. */
+static void *verbs_lib;
+
+static void *local_verbs_lib(void)
+{
+	void *h = __atomic_load_n(&verbs_lib, __ATOMIC_ACQUIRE);
+
+	if (!h) {
+		h = dlopen("libibverbs.so.1", RTLD_NOLOAD | RTLD_LAZY);
+		if (h)
+			__atomic_store_n(&verbs_lib, h, __ATOMIC_RELEASE);
+	}
+	return h;
+}
+
 void *obs_real(const char *name)
 {
 	struct obs_hook *h = find_hook(name);
@@ -240,6 +262,8 @@ void *obs_real(const char *name)
 	if (!real_dlsym_fn)
 		return NULL;
 	r = real_dlsym_fn(RTLD_NEXT, name);
+	if (!r && local_verbs_lib())
+		r = real_dlsym_fn(verbs_lib, name);
 	if (h && r == h->wrapper)
 		r = NULL;
 	if (h && r)
@@ -284,6 +308,10 @@ struct ctx_rec {
 	int dev_index; /* into devnames: the binary log names devices by index */
 	post_send_fn post_send;
 	poll_cq_fn poll_cq;
+	/* The verbs_context's creators of extended objects (NULL without). */
+	struct verbs_context *vctx;
+	struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
 };
 
 /* A registered MR, to turn an SGE (lkey, address) into local memory and an
@@ -351,7 +379,9 @@ struct wr_ent {
  * verifier sees the gap. */
 #define MAX_DIGEST_SGE 64
 
-static pthread_mutex_t ledger = PTHREAD_MUTEX_INITIALIZER;
+/* Recursive: a thread holds it through an extended poll (start_poll to
+ * end_poll) and may post meanwhile. */
+static pthread_mutex_t ledger = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static struct ctx_rec ctxs[MAX_CTX];
 static int nctx;
 static struct qp_stat **qstats;
@@ -540,13 +570,13 @@ const char *obs_payload_opcode(enum ibv_wr_opcode op)
 	}
 }
 
-uint64_t obs_wr_bytes(const struct ibv_send_wr *wr)
+uint64_t obs_sge_bytes(const struct ibv_sge *sg_list, int num_sge)
 {
 	uint64_t sum = 0;
 	int i;
 
-	for (i = 0; i < wr->num_sge; i++)
-		sum += wr->sg_list[i].length;
+	for (i = 0; i < num_sge; i++)
+		sum += sg_list[i].length;
 	return sum;
 }
 
@@ -707,14 +737,14 @@ OBS_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 /* Under the ledger lock, before the real post: where each SGE's bytes are
  * and the digests of its guard windows (guard_bytes before and after the
  * range, clipped to the MR). */
-static void sge_record(struct wr_ent *e, const struct ibv_send_wr *w)
+static void sge_record(struct wr_ent *e, const struct obs_wr *w)
 {
 	int i;
 
 	for (i = 0; i < e->nsge; i++) {
 		const struct ibv_sge *g = &w->sg_list[i];
 		struct sge_rec *s = &e->sge[i];
-		struct mr_rec *m = mr_by_key(e->ctx, g->lkey);
+		struct mr_rec *m = w->inline_data ? NULL : mr_by_key(e->ctx, g->lkey);
 		uint64_t end;
 
 		s->len = g->length;
@@ -837,54 +867,47 @@ static void log_wr(const struct wr_ent *e, const char *dev, int dev_index)
 
 /* ------------------------------------------------------- wrapped data ops -- */
 
-static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
-			 struct ibv_send_wr **bad_wr)
+/* The payload WRs of one post: recorded in the ledger before the provider's
+ * post (go), so that a completion polled by another thread before it returns
+ * still finds (and joins) its WR; then the first `accepted(ret, arg)` of
+ * them are committed and logged and the others dropped. */
+static int ledger_post(struct ibv_qp *qp, const struct obs_wr *wrs, size_t n, obs_go_fn go, void *arg,
+		       size_t (*accepted)(int ret, void *arg))
 {
 	struct ibv_context *ctx = qp->context;
 	struct wr_ent *local[16], **batch = local;
-	struct ibv_send_wr *w, *stop, *bad_local = NULL;
 	struct ctx_rec *rec;
 	struct qp_stat *qs;
-	post_send_fn orig;
 	char dev[IBV_SYSFS_NAME_MAX];
-	size_t n = 0, cap = 16, i;
-	int ret, rejecting = 0, dev_index;
+	size_t nrec = 0, nacc, i;
+	int ret, dev_index;
 
+	if (n > 16) {
+		batch = malloc(sizeof(*batch) * n);
+		if (!batch) {
+			batch = local;
+			n = 16; /* the rest goes unrecorded: the verifier sees it */
+		}
+	}
 	pthread_mutex_lock(&ledger);
 	rec = find_ctx(ctx);
 	if (!rec) {
 		pthread_mutex_unlock(&ledger);
-		if (bad_wr)
-			*bad_wr = wr;
-		return EINVAL;
+		if (batch != local)
+			free(batch);
+		return go(arg);
 	}
-	orig = rec->post_send;
 	/* Copied: a concurrent close may move the record. */
 	memcpy(dev, rec->dev, sizeof(dev));
 	dev_index = rec->dev_index;
 	qs = get_qstat(ctx, qp->qp_num);
-	/* Record before posting: a completion polled by another thread before
-	 * this call returns must still find (and join) its WR. */
-	for (w = wr; w; w = w->next) {
-		const char *op = obs_payload_opcode(w->opcode);
-		struct wr_ent *e;
+	for (; nrec < n; nrec++) {
+		const struct obs_wr *w = &wrs[nrec];
 		int nsge = 0;
+		struct wr_ent *e;
 
-		if (!op)
-			continue;
 		if (obs_tool.digests && w->num_sge > 0)
 			nsge = w->num_sge < MAX_DIGEST_SGE ? w->num_sge : MAX_DIGEST_SGE;
-		if (n == cap) {
-			struct wr_ent **nb = malloc(sizeof(*nb) * cap * 2);
-
-			if (!nb)
-				break;
-			memcpy(nb, batch, sizeof(*nb) * n);
-			if (batch != local)
-				free(batch);
-			batch = nb;
-			cap *= 2;
-		}
 		e = calloc(1, sizeof(*e) + sizeof(struct sge_rec) * (size_t)nsge);
 		if (!e)
 			break;
@@ -893,55 +916,41 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		e->cq = qp->send_cq;
 		e->qpn = qp->qp_num;
 		e->wr_id = w->wr_id;
-		e->bytes = obs_wr_bytes(w);
-		e->opcode = op;
+		e->bytes = obs_sge_bytes(w->sg_list, w->num_sge);
+		e->opcode = obs_payload_opcode(w->opcode);
 		e->qs = qs;
 		sge_record(e, w);
 		ledger_insert(e);
-		batch[n++] = e;
+		batch[nrec] = e;
 	}
 	pthread_mutex_unlock(&ledger);
 
-	if (!bad_wr)
-		bad_wr = &bad_local;
-	ret = obs_tool.post ? obs_tool.post(orig, qp, wr, bad_wr) : orig(qp, wr, bad_wr);
+	ret = obs_tool.post ? obs_tool.post(qp, wrs, n, go, arg) : go(arg);
+	nacc = accepted(ret, arg);
 
 	pthread_mutex_lock(&ledger);
-	/* Only the WRs before bad_wr were accepted when the post failed. */
-	stop = NULL;
-	if (ret) {
-		stop = wr;
-		for (w = wr; w; w = w->next)
-			if (w == *bad_wr) {
-				stop = w;
-				break;
-			}
-	}
-	i = 0;
-	for (w = wr; w && i < n; w = w->next) {
-		struct wr_ent *e;
+	for (i = 0; i < nrec; i++) {
+		struct wr_ent *e = batch[i];
 
-		if (ret && w == stop)
-			rejecting = 1; /* bad_wr and everything after it */
-		if (!obs_payload_opcode(w->opcode))
-			continue;
-		e = batch[i++];
-		if (rejecting) {
+		if (i >= nacc) {
 			if (!e->done)
 				ledger_unlink(e);
 			free(e);
-			batch[i - 1] = NULL;
 			continue;
 		}
 		accepted_wrs++;
 		log_wr(e, dev, dev_index);
 		/* Counted only while really outstanding: a WR whose completion
-		 * was polled before post_send returned is not, so the maximum is
+		 * was polled before the post returned is not, so the maximum is
 		 * a lower bound that never exceeds the send queue. */
 		if (qs && !e->done) {
 			qs->inflight++;
 			parent_add(qs, e->wr_id >> (parent_shift < 0 ? 0 : parent_shift), 1);
 		}
+		if (e->done)
+			free(e); /* completed before the post returned */
+		else
+			e->committed = 1;
 	}
 	if (qs) {
 		if (qs->inflight > qs->max_inflight)
@@ -949,19 +958,80 @@ static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		if (qs->active_parents > qs->max_parents)
 			qs->max_parents = qs->active_parents;
 	}
-	for (i = 0; i < n; i++) {
-		struct wr_ent *e = batch[i];
-
-		if (!e)
-			continue;
-		if (e->done)
-			free(e); /* completed before post_send returned */
-		else
-			e->committed = 1;
-	}
 	pthread_mutex_unlock(&ledger);
 	if (batch != local)
 		free(batch);
+	return ret;
+}
+
+/* ibv_post_send: the list's payload WRs; those before bad_wr are accepted. */
+struct classic_post {
+	post_send_fn orig;
+	struct ibv_qp *qp;
+	struct ibv_send_wr *wr, **bad_wr;
+};
+
+static int classic_go(void *arg)
+{
+	struct classic_post *p = arg;
+
+	return p->orig(p->qp, p->wr, p->bad_wr);
+}
+
+static size_t classic_accepted(int ret, void *arg)
+{
+	struct classic_post *p = arg;
+	struct ibv_send_wr *w;
+	size_t n = 0;
+
+	for (w = p->wr; w && !(ret && w == *p->bad_wr); w = w->next)
+		if (obs_payload_opcode(w->opcode))
+			n++;
+	/* A failed post whose bad_wr is not in the list accepted nothing. */
+	return ret && !w ? 0 : n;
+}
+
+static int obs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			 struct ibv_send_wr **bad_wr)
+{
+	struct obs_wr local[16], *wrs = local;
+	struct ibv_send_wr *w, *bad_local = NULL;
+	struct classic_post p;
+	struct ctx_rec *rec;
+	size_t n = 0, cap = 16;
+	int ret;
+
+	pthread_mutex_lock(&ledger);
+	rec = find_ctx(qp->context);
+	p.orig = rec ? rec->post_send : NULL;
+	pthread_mutex_unlock(&ledger);
+	if (!p.orig) {
+		if (bad_wr)
+			*bad_wr = wr;
+		return EINVAL;
+	}
+	for (w = wr; w; w = w->next) {
+		if (!obs_payload_opcode(w->opcode))
+			continue;
+		if (n == cap) {
+			struct obs_wr *nw = malloc(sizeof(*nw) * cap * 2);
+
+			if (!nw)
+				break; /* the rest goes unrecorded */
+			memcpy(nw, wrs, sizeof(*nw) * n);
+			if (wrs != local)
+				free(wrs);
+			wrs = nw;
+			cap *= 2;
+		}
+		wrs[n++] = (struct obs_wr){ w->wr_id, w->opcode, w->num_sge, w->sg_list, 0 };
+	}
+	p.qp = qp;
+	p.wr = wr;
+	p.bad_wr = bad_wr ? bad_wr : &bad_local;
+	ret = ledger_post(qp, wrs, n, classic_go, &p, classic_accepted);
+	if (wrs != local)
+		free(wrs);
 	return ret;
 }
 
@@ -994,6 +1064,44 @@ static void log_completion(struct ibv_context *ctx, struct ibv_cq *cq, const str
 	}
 }
 
+/* Under the ledger lock: one completion the provider returned, joined to its
+ * WR and logged; 1 when it is withheld from the engine. */
+static int take_completion(const struct ctx_rec *rec, struct ibv_context *ctx, struct ibv_cq *cq,
+			   const struct ibv_wc *c)
+{
+	/* Error completions carry only wr_id, status and qp_num: the join uses
+	 * exactly those plus the CQ polled. */
+	struct wr_ent *e = ledger_take(ctx, cq, c->qp_num, c->wr_id);
+	int drop = 0;
+
+	if (e) {
+		if (e->committed && e->qs) {
+			e->qs->inflight--;
+			parent_add(e->qs, e->wr_id >> (parent_shift < 0 ? 0 : parent_shift), -1);
+		}
+		if (c->status == IBV_WC_SUCCESS) {
+			if (obs_tool.withhold && obs_tool.withhold(rec->dev)) {
+				drop = 1;
+				withheld_wrs++;
+			} else {
+				joined_wrs++;
+			}
+		}
+	}
+	if (obs_tool.completed)
+		obs_tool.completed(ctx, cq, c);
+	log_completion(ctx, cq, c, drop);
+	if (e) {
+		if (c->status == IBV_WC_SUCCESS)
+			log_data(e); /* the bytes as they are now, landed */
+		if (e->committed)
+			free(e);
+		else
+			e->done = 1; /* its post call frees it */
+	}
+	return drop;
+}
+
 static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 {
 	struct ibv_context *ctx = cq->context;
@@ -1003,8 +1111,8 @@ static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 
 	/* The ledger lock is held across the provider's poll: between the
 	 * provider consuming a CQE (freeing its send-queue slot) and the ledger
-	 * retiring its WR, no post_send may commit, or the in-flight count
-	 * would include WRs that are already complete. */
+	 * retiring its WR, no post may commit, or the in-flight count would
+	 * include WRs that are already complete. */
 	pthread_mutex_lock(&ledger);
 	rec = find_ctx(ctx);
 	orig = rec ? rec->poll_cq : NULL;
@@ -1014,45 +1122,616 @@ static int obs_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 	}
 	n = orig(cq, num, wc);
 	for (i = 0; i < n; i++) {
-		struct ibv_wc *c = &wc[i];
-		/* Error completions carry only wr_id, status and qp_num: the
-		 * join uses exactly those plus the CQ polled. */
-		struct wr_ent *e = ledger_take(ctx, cq, c->qp_num, c->wr_id);
-		int drop = 0;
-
-		if (e) {
-			if (e->committed && e->qs) {
-				e->qs->inflight--;
-				parent_add(e->qs, e->wr_id >> (parent_shift < 0 ? 0 : parent_shift), -1);
-			}
-			if (c->status == IBV_WC_SUCCESS) {
-				if (obs_tool.withhold && obs_tool.withhold(rec->dev)) {
-					drop = 1;
-					withheld_wrs++;
-				} else {
-					joined_wrs++;
-				}
-			}
-		}
-		if (obs_tool.completed)
-			obs_tool.completed(ctx, cq, c);
-		log_completion(ctx, cq, c, drop);
-		if (e) {
-			if (c->status == IBV_WC_SUCCESS)
-				log_data(e); /* the bytes as they are now, landed */
-			if (e->committed)
-				free(e);
-			else
-				e->done = 1; /* its post_send call frees it */
-		}
-		if (drop)
+		if (take_completion(rec, ctx, cq, &wc[i]))
 			continue;
 		if (out != i)
-			wc[out] = *c;
+			wc[out] = wc[i];
 		out++;
 	}
 	pthread_mutex_unlock(&ledger);
 	return n < 0 ? n : out;
+}
+
+/* ------------------------------------------------- extended verbs (ex) -- */
+
+/* An ibv_qp_ex's and an ibv_cq_ex's data path are function pointers in the
+ * object itself (ibv_wr_* and ibv_start_poll & co. are inline calls through
+ * them), so each object the provider hands out through the verbs_context's
+ * create_qp_ex / create_cq_ex, or ibv_qp_to_qp_ex, gets its pointers
+ * replaced by wrappers that call the saved originals.  Records are found by
+ * the object's address; a new object at the address of a destroyed one is
+ * told by its pointers being the provider's again. */
+typedef void (*wr_void_fn)(struct ibv_qp_ex *);
+
+struct xwr {
+	struct obs_wr wr;
+	struct ibv_sge *sge; /* copied: the program's list may be gone by wr_complete */
+	int capsge;
+};
+
+struct qpx_rec {
+	struct qpx_rec *next;
+	struct ibv_qp_ex *qpx;
+	struct ibv_context *ctx;
+	struct ibv_qp_ex orig; /* the provider's pointers */
+	/* The batch since wr_start: payload WRs only; cur is the WR the
+	 * setters apply to (-1 after a non-payload opcode). */
+	struct xwr *w;
+	int n, cap, cur;
+};
+
+struct cqx_rec {
+	struct cqx_rec *next;
+	struct ibv_cq_ex *cqx;
+	struct ibv_context *ctx;
+	int (*start_poll)(struct ibv_cq_ex *, struct ibv_poll_cq_attr *);
+	int (*next_poll)(struct ibv_cq_ex *);
+	void (*end_poll)(struct ibv_cq_ex *);
+};
+
+#define XBUCKET 1024
+static pthread_mutex_t xlock = PTHREAD_MUTEX_INITIALIZER;
+static struct qpx_rec *qpx_tab[XBUCKET];
+static struct cqx_rec *cqx_tab[XBUCKET];
+
+static unsigned xbucket_of(const void *p)
+{
+	uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
+
+	return (unsigned)(h >> 40) % XBUCKET;
+}
+
+static struct qpx_rec *qpx_find(struct ibv_qp_ex *qpx)
+{
+	struct qpx_rec *r;
+
+	pthread_mutex_lock(&xlock);
+	for (r = qpx_tab[xbucket_of(qpx)]; r && r->qpx != qpx; r = r->next)
+		;
+	pthread_mutex_unlock(&xlock);
+	return r;
+}
+
+static struct cqx_rec *cqx_find(struct ibv_cq_ex *cqx)
+{
+	struct cqx_rec *r;
+
+	pthread_mutex_lock(&xlock);
+	for (r = cqx_tab[xbucket_of(cqx)]; r && r->cqx != cqx; r = r->next)
+		;
+	pthread_mutex_unlock(&xlock);
+	return r;
+}
+
+/* A new WR of the batch: wr_id as the program set it before the opcode call
+ * (as the provider reads it); non-payload work only ends the current WR. */
+static void xwr_begin(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op)
+{
+	struct qpx_rec *r = qpx_find(qpx);
+	struct xwr *x;
+
+	if (!r)
+		return;
+	r->cur = -1;
+	if (!obs_payload_opcode(op))
+		return;
+	if (r->n == r->cap) {
+		int cap = r->cap ? r->cap * 2 : 8;
+		struct xwr *nw = realloc(r->w, sizeof(*nw) * (size_t)cap);
+
+		if (!nw)
+			return; /* unrecorded: the verifier sees the gap */
+		memset(nw + r->cap, 0, sizeof(*nw) * (size_t)(cap - r->cap));
+		r->w = nw;
+		r->cap = cap;
+	}
+	x = &r->w[r->n];
+	x->wr = (struct obs_wr){ qpx->wr_id, op, 0, NULL, 0 };
+	r->cur = r->n++;
+}
+
+static struct qpx_rec *xwr_orig(struct ibv_qp_ex *qpx)
+{
+	struct qpx_rec *r = qpx_find(qpx);
+
+	if (!r)
+		obs_warn("an extended QP call on a QP the observer did not wrap: dropped");
+	return r;
+}
+
+/* The scatter list of the current payload WR (the setters replace it). */
+static void xwr_set_sges(struct ibv_qp_ex *qpx, size_t n, const struct ibv_sge *sg, int inline_data)
+{
+	struct qpx_rec *r = qpx_find(qpx);
+	struct xwr *x;
+
+	if (!r || r->cur < 0)
+		return;
+	x = &r->w[r->cur];
+	if ((int)n > x->capsge) {
+		struct ibv_sge *ns = realloc(x->sge, sizeof(*ns) * n);
+
+		if (!ns) {
+			x->wr.num_sge = 0;
+			return;
+		}
+		x->sge = ns;
+		x->capsge = (int)n;
+	}
+	if (n)
+		memcpy(x->sge, sg, sizeof(*sg) * n);
+	x->wr.num_sge = (int)n;
+	x->wr.sg_list = x->sge;
+	x->wr.inline_data = inline_data;
+}
+
+#define XR(qpx, op) struct qpx_rec *r = xwr_orig(qpx); if (!r || !r->orig.op) return
+
+static void obs_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
+{
+	XR(q, wr_rdma_read);
+	xwr_begin(q, IBV_WR_RDMA_READ);
+	r->orig.wr_rdma_read(q, rkey, ra);
+}
+
+static void obs_wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
+{
+	XR(q, wr_rdma_write);
+	xwr_begin(q, IBV_WR_RDMA_WRITE);
+	r->orig.wr_rdma_write(q, rkey, ra);
+}
+
+static void obs_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra, __be32 imm)
+{
+	XR(q, wr_rdma_write_imm);
+	xwr_begin(q, IBV_WR_RDMA_WRITE_WITH_IMM);
+	r->orig.wr_rdma_write_imm(q, rkey, ra, imm);
+}
+
+static void obs_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra, uint64_t cmp, uint64_t swp)
+{
+	XR(q, wr_atomic_cmp_swp);
+	xwr_begin(q, IBV_WR_ATOMIC_CMP_AND_SWP);
+	r->orig.wr_atomic_cmp_swp(q, rkey, ra, cmp, swp);
+}
+
+static void obs_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra, uint64_t add)
+{
+	XR(q, wr_atomic_fetch_add);
+	xwr_begin(q, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	r->orig.wr_atomic_fetch_add(q, rkey, ra, add);
+}
+
+static void obs_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra, const void *val)
+{
+	XR(q, wr_atomic_write);
+	xwr_begin(q, IBV_WR_ATOMIC_WRITE);
+	r->orig.wr_atomic_write(q, rkey, ra, val);
+}
+
+static void obs_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey,
+			   const struct ibv_mw_bind_info *info)
+{
+	XR(q, wr_bind_mw);
+	xwr_begin(q, IBV_WR_BIND_MW);
+	r->orig.wr_bind_mw(q, mw, rkey, info);
+}
+
+static void obs_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	XR(q, wr_local_inv);
+	xwr_begin(q, IBV_WR_LOCAL_INV);
+	r->orig.wr_local_inv(q, rkey);
+}
+
+static void obs_wr_send(struct ibv_qp_ex *q)
+{
+	XR(q, wr_send);
+	xwr_begin(q, IBV_WR_SEND);
+	r->orig.wr_send(q);
+}
+
+static void obs_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
+{
+	XR(q, wr_send_imm);
+	xwr_begin(q, IBV_WR_SEND_WITH_IMM);
+	r->orig.wr_send_imm(q, imm);
+}
+
+static void obs_wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	XR(q, wr_send_inv);
+	xwr_begin(q, IBV_WR_SEND_WITH_INV);
+	r->orig.wr_send_inv(q, rkey);
+}
+
+static void obs_wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	XR(q, wr_send_tso);
+	xwr_begin(q, IBV_WR_TSO);
+	r->orig.wr_send_tso(q, hdr, hdr_sz, mss);
+}
+
+static void obs_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { addr, length, lkey };
+
+	XR(q, wr_set_sge);
+	xwr_set_sges(q, 1, &sge, 0);
+	r->orig.wr_set_sge(q, lkey, addr, length);
+}
+
+static void obs_wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *sg)
+{
+	XR(q, wr_set_sge_list);
+	xwr_set_sges(q, n, sg, 0);
+	r->orig.wr_set_sge_list(q, n, sg);
+}
+
+/* Inline bytes are copied by the provider at the call and no MR names them:
+ * their WR is logged with its bytes, its data event names them unhashed. */
+static void obs_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t length)
+{
+	struct ibv_sge sge = { (uintptr_t)addr, (uint32_t)length, 0 };
+
+	XR(q, wr_set_inline_data);
+	xwr_set_sges(q, 1, &sge, 1);
+	r->orig.wr_set_inline_data(q, addr, length);
+}
+
+static void obs_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n, const struct ibv_data_buf *bufs)
+{
+	struct ibv_sge local[8], *sg = n <= 8 ? local : calloc(n, sizeof(*sg));
+	size_t i;
+
+	XR(q, wr_set_inline_data_list);
+	for (i = 0; sg && i < n; i++)
+		sg[i] = (struct ibv_sge){ (uintptr_t)bufs[i].addr, (uint32_t)bufs[i].length, 0 };
+	xwr_set_sges(q, sg ? n : 0, sg ? sg : local, 1);
+	if (sg != local)
+		free(sg);
+	r->orig.wr_set_inline_data_list(q, n, bufs);
+}
+
+static void obs_wr_start(struct ibv_qp_ex *q)
+{
+	XR(q, wr_start);
+	r->n = 0;
+	r->cur = -1;
+	r->orig.wr_start(q);
+}
+
+static void obs_wr_abort(struct ibv_qp_ex *q)
+{
+	XR(q, wr_abort);
+	r->n = 0; /* nothing of the batch was posted */
+	r->cur = -1;
+	r->orig.wr_abort(q);
+}
+
+struct ex_post {
+	struct qpx_rec *r;
+	size_t n;
+};
+
+static int ex_go(void *arg)
+{
+	struct ex_post *p = arg;
+
+	return p->r->orig.wr_complete(p->r->qpx);
+}
+
+/* wr_complete posts the whole batch or, failing, none of it. */
+static size_t ex_accepted(int ret, void *arg)
+{
+	return ret ? 0 : ((struct ex_post *)arg)->n;
+}
+
+static int obs_wr_complete(struct ibv_qp_ex *q)
+{
+	struct qpx_rec *r = xwr_orig(q);
+	struct obs_wr local[16], *wrs = local;
+	struct ex_post p;
+	int i, ret;
+
+	if (!r || !r->orig.wr_complete)
+		return EINVAL;
+	if (r->n > 16 && !(wrs = malloc(sizeof(*wrs) * (size_t)r->n))) {
+		wrs = local;
+		r->n = 16; /* the rest goes unrecorded */
+	}
+	for (i = 0; i < r->n; i++)
+		wrs[i] = r->w[i].wr;
+	p.r = r;
+	p.n = (size_t)r->n;
+	r->n = 0;
+	r->cur = -1;
+	ret = ledger_post(&q->qp_base, wrs, p.n, ex_go, &p, ex_accepted);
+	if (wrs != local)
+		free(wrs);
+	return ret;
+}
+
+#undef XR
+
+/* Wrap (once) the data path of an extended QP. */
+static void qpx_wrap(struct ibv_qp_ex *qpx)
+{
+	struct qpx_rec *r;
+	unsigned b = xbucket_of(qpx);
+
+#ifdef OBS_RED_NO_EXTENDED
+	/* The tests' blind build: the red check of their equality test. */
+	qpx = NULL;
+#endif
+	if (!qpx || qpx->wr_complete == obs_wr_complete)
+		return;
+	pthread_mutex_lock(&xlock);
+	for (r = qpx_tab[b]; r && r->qpx != qpx; r = r->next)
+		;
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			pthread_mutex_unlock(&xlock);
+			obs_warn("out of memory: QP %u's extended posts are not observed", qpx->qp_base.qp_num);
+			return;
+		}
+		r->qpx = qpx;
+		r->next = qpx_tab[b];
+		qpx_tab[b] = r;
+	}
+	r->ctx = qpx->qp_base.context;
+	r->orig = *qpx;
+	r->n = 0;
+	r->cur = -1;
+#define WRAP(op) if (qpx->op) qpx->op = obs_##op
+	WRAP(wr_rdma_read);
+	WRAP(wr_rdma_write);
+	WRAP(wr_rdma_write_imm);
+	WRAP(wr_atomic_cmp_swp);
+	WRAP(wr_atomic_fetch_add);
+	WRAP(wr_atomic_write);
+	WRAP(wr_bind_mw);
+	WRAP(wr_local_inv);
+	WRAP(wr_send);
+	WRAP(wr_send_imm);
+	WRAP(wr_send_inv);
+	WRAP(wr_send_tso);
+	WRAP(wr_set_sge);
+	WRAP(wr_set_sge_list);
+	WRAP(wr_set_inline_data);
+	WRAP(wr_set_inline_data_list);
+	WRAP(wr_start);
+	WRAP(wr_abort);
+	WRAP(wr_complete);
+#undef WRAP
+	pthread_mutex_unlock(&xlock);
+}
+
+/* The current completion of an extended poll as an ibv_wc (what the join
+ * and the tools read). */
+static void cqx_current(struct ibv_cq_ex *cqx, struct ibv_wc *wc)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = cqx->wr_id;
+	wc->status = cqx->status;
+	wc->qp_num = cqx->read_qp_num ? cqx->read_qp_num(cqx) : 0;
+	wc->byte_len = cqx->read_byte_len ? cqx->read_byte_len(cqx) : 0;
+}
+
+/* Under the ledger lock, after the provider's start_poll or next_poll
+ * returned `ret`: withheld completions are stepped over with next_poll (the
+ * provider consumed them), so the program reads only the others. */
+static int cqx_skip_withheld(struct cqx_rec *r, struct ibv_cq_ex *cqx, int ret)
+{
+	struct ctx_rec *rec = find_ctx(r->ctx);
+	struct ibv_wc wc;
+
+	while (ret == 0 && rec) {
+		cqx_current(cqx, &wc);
+		if (!take_completion(rec, r->ctx, ibv_cq_ex_to_cq(cqx), &wc))
+			break;
+		ret = r->next_poll(cqx);
+	}
+	return ret;
+}
+
+/* The ledger lock is taken by start_poll and held until end_poll (or until
+ * start_poll fails): the provider consumes a completion (freeing its
+ * send-queue slot) in start_poll and next_poll, and no post may commit before
+ * the ledger retired it.  Taking it for the whole poll keeps one lock order
+ * (ledger, then the provider's CQ lock, which start_poll takes and end_poll
+ * releases) whatever the threads do; the lock is recursive, so the polling
+ * thread may post (or poll another CQ) inside its poll. */
+static int obs_start_poll(struct ibv_cq_ex *cqx, struct ibv_poll_cq_attr *attr)
+{
+	struct cqx_rec *r = cqx_find(cqx);
+	int ret;
+
+	if (!r)
+		return EINVAL;
+	pthread_mutex_lock(&ledger);
+	ret = r->start_poll(cqx, attr);
+	if (ret) {
+		pthread_mutex_unlock(&ledger);
+		return ret;
+	}
+	ret = cqx_skip_withheld(r, cqx, ret);
+	if (ret) {
+		/* Every completion there was is withheld: the program sees none
+		 * and will not call end_poll, so the poll ends here. */
+		r->end_poll(cqx);
+		pthread_mutex_unlock(&ledger);
+	}
+	return ret;
+}
+
+static int obs_next_poll(struct ibv_cq_ex *cqx)
+{
+	struct cqx_rec *r = cqx_find(cqx);
+
+	if (!r)
+		return EINVAL;
+	/* The ledger lock is this thread's since start_poll. */
+	return cqx_skip_withheld(r, cqx, r->next_poll(cqx));
+}
+
+static void obs_end_poll(struct ibv_cq_ex *cqx)
+{
+	struct cqx_rec *r = cqx_find(cqx);
+
+	if (r)
+		r->end_poll(cqx);
+	pthread_mutex_unlock(&ledger);
+}
+
+static void cqx_wrap(struct ibv_cq_ex *cqx)
+{
+	struct cqx_rec *r;
+	unsigned b = xbucket_of(cqx);
+
+#ifdef OBS_RED_NO_EXTENDED
+	cqx = NULL;
+#endif
+	if (!cqx || cqx->start_poll == obs_start_poll)
+		return;
+	pthread_mutex_lock(&xlock);
+	for (r = cqx_tab[b]; r && r->cqx != cqx; r = r->next)
+		;
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			pthread_mutex_unlock(&xlock);
+			obs_warn("out of memory: an extended CQ's completions are not observed");
+			return;
+		}
+		r->cqx = cqx;
+		r->next = cqx_tab[b];
+		cqx_tab[b] = r;
+	}
+	r->ctx = cqx->context;
+	r->start_poll = cqx->start_poll;
+	r->next_poll = cqx->next_poll;
+	r->end_poll = cqx->end_poll;
+	cqx->start_poll = obs_start_poll;
+	cqx->next_poll = obs_next_poll;
+	cqx->end_poll = obs_end_poll;
+	pthread_mutex_unlock(&xlock);
+}
+
+/* Forget the extended objects of a context that is closing. */
+static void x_forget(struct ibv_context *ctx)
+{
+	int b;
+
+	pthread_mutex_lock(&xlock);
+	for (b = 0; b < XBUCKET; b++) {
+		struct qpx_rec **q = &qpx_tab[b];
+		struct cqx_rec **c = &cqx_tab[b];
+
+		while (*q) {
+			struct qpx_rec *r = *q;
+			int i;
+
+			if (r->ctx != ctx) {
+				q = &r->next;
+				continue;
+			}
+			*q = r->next;
+			for (i = 0; i < r->cap; i++)
+				free(r->w[i].sge);
+			free(r->w);
+			free(r);
+		}
+		while (*c) {
+			struct cqx_rec *r = *c;
+
+			if (r->ctx != ctx) {
+				c = &r->next;
+				continue;
+			}
+			*c = r->next;
+			free(r);
+		}
+	}
+	pthread_mutex_unlock(&xlock);
+}
+
+typedef struct ibv_qp *(*create_qp_ex_fn)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+typedef struct ibv_cq_ex *(*create_cq_ex_fn)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
+typedef struct ibv_qp_ex *(*qp_to_qp_ex_fn)(struct ibv_qp *);
+
+static struct ibv_qp *obs_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	qp_to_qp_ex_fn to_ex = (qp_to_qp_ex_fn)obs_real("ibv_qp_to_qp_ex");
+	create_qp_ex_fn orig;
+	struct ctx_rec *rec;
+	struct ibv_qp *qp;
+
+	pthread_mutex_lock(&ledger);
+	rec = find_ctx(ctx);
+	orig = rec ? rec->create_qp_ex : NULL;
+	pthread_mutex_unlock(&ledger);
+	if (!orig) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	qp = orig(ctx, attr);
+	if (qp && to_ex)
+		qpx_wrap(to_ex(qp));
+	return qp;
+}
+
+/* The join needs each completion's QP number, which an extended CQ serves
+ * only when asked: the observer asks for it (and the byte count the tools
+ * log) on the program's behalf; the program reads what it asked for. */
+static struct ibv_cq_ex *obs_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct ibv_cq_init_attr_ex a;
+	create_cq_ex_fn orig;
+	struct ctx_rec *rec;
+	struct ibv_cq_ex *cqx;
+
+	pthread_mutex_lock(&ledger);
+	rec = find_ctx(ctx);
+	orig = rec ? rec->create_cq_ex : NULL;
+	pthread_mutex_unlock(&ledger);
+	if (!orig) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	/* Copied field by field: a program built against an older verbs.h
+	 * passes a shorter struct, whose comp_mask says what follows. */
+	memset(&a, 0, sizeof(a));
+	a.cqe = attr->cqe;
+	a.cq_context = attr->cq_context;
+	a.channel = attr->channel;
+	a.comp_vector = attr->comp_vector;
+	a.wc_flags = attr->wc_flags | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_BYTE_LEN;
+	a.comp_mask = attr->comp_mask;
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS)
+		a.flags = attr->flags;
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
+		a.parent_domain = attr->parent_domain;
+	cqx = orig(ctx, &a);
+	cqx_wrap(cqx);
+	return cqx;
+}
+
+/* A QP created some other way (ibv_create_qp) reaches the extended post
+ * through this conversion. */
+OBS_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	qp_to_qp_ex_fn real = (qp_to_qp_ex_fn)obs_real("ibv_qp_to_qp_ex");
+	struct ibv_qp_ex *qpx = real ? real(qp) : NULL;
+
+	if (qpx) {
+		pthread_mutex_lock(&ledger);
+		if (find_ctx(qp->context))
+			qpx_wrap(qpx);
+		pthread_mutex_unlock(&ledger);
+	}
+	return qpx;
 }
 
 /* ------------------------------------------------------ context lifetime -- */
@@ -1094,6 +1773,29 @@ static int dev_index_of(const char *dev)
 	return ndevnames++;
 }
 
+/* verbs_get_ctx_op's test: the verbs_context is there and long enough to
+ * hold the member. */
+#define VCTX_HAS(v, member) ((v)->sz >= sizeof(*(v)) - offsetof(struct verbs_context, member))
+
+static void wrap_verbs_context(struct ctx_rec *rec, struct ibv_context *ctx)
+{
+	struct verbs_context *v = verbs_get_ctx(ctx);
+
+	rec->vctx = v;
+	rec->create_qp_ex = NULL;
+	rec->create_cq_ex = NULL;
+	if (!v)
+		return;
+	if (VCTX_HAS(v, create_qp_ex) && v->create_qp_ex) {
+		rec->create_qp_ex = v->create_qp_ex;
+		v->create_qp_ex = obs_create_qp_ex;
+	}
+	if (VCTX_HAS(v, create_cq_ex) && v->create_cq_ex) {
+		rec->create_cq_ex = v->create_cq_ex;
+		v->create_cq_ex = obs_create_cq_ex;
+	}
+}
+
 OBS_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct ibv_context *(*real)(struct ibv_device *) =
@@ -1125,6 +1827,7 @@ OBS_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	rec->poll_cq = ctx->ops.poll_cq;
 	ctx->ops.post_send = obs_post_send;
 	ctx->ops.poll_cq = obs_poll_cq;
+	wrap_verbs_context(rec, ctx);
 	pthread_mutex_unlock(&ledger);
 	if (obs_tool.context_opened)
 		obs_tool.context_opened(ctx, dev);
@@ -1149,6 +1852,11 @@ OBS_EXPORT int ibv_close_device(struct ibv_context *ctx)
 			ctx->ops.post_send = rec->post_send;
 		if (ctx->ops.poll_cq == obs_poll_cq)
 			ctx->ops.poll_cq = rec->poll_cq;
+		if (rec->create_qp_ex && rec->vctx->create_qp_ex == obs_create_qp_ex)
+			rec->vctx->create_qp_ex = rec->create_qp_ex;
+		if (rec->create_cq_ex && rec->vctx->create_cq_ex == obs_create_cq_ex)
+			rec->vctx->create_cq_ex = rec->create_cq_ex;
+		x_forget(ctx);
 		/* Drop the context's open WRs (they stay counted as accepted
 		 * and unjoined): a later context may reuse the pointer. */
 		for (i = 0; i < NBUCKET; i++) {

@@ -5,13 +5,20 @@
  * its own (own PD, MR and CQ, which the engine never polls), so the observers
  * only see the engine's side, as on a real host.
  *
- * Built twice: DRIVER_DIRECT links libibverbs.so.1 (the provider) directly;
- * the other build dlopens it with RTLD_LOCAL and dlsyms every entry point, as
- * engines using a loader do.  Needs ORBITE_PROVIDER_ROOT (a fake host with
- * mlx5_0 and mlx5_1 whose GID 3 is a local IPv4 address).
- * Usage: obs_driver <scenario> */
+ * Built three ways: DRIVER_DIRECT links libibverbs.so.1 (the provider)
+ * directly; the dlopen build dlopens it with RTLD_LOCAL and dlsyms every
+ * entry point, as engines using a loader do; DRIVER_SHARED makes the direct
+ * driver a library (libobs_engine.so, entry obs_driver_main) that the
+ * DRIVER_LOADER build dlopens with RTLD_LOCAL, so libibverbs is loaded but
+ * never global, as Python loads pyverbs.  Needs ORBITE_PROVIDER_ROOT (a fake
+ * host with mlx5_0 and mlx5_1 whose GID 3 is a local IPv4 address).
+ * Usage: obs_driver <scenario> [classic|ext]: ext creates the engine's CQs
+ * and QPs with ibv_create_cq_ex / ibv_create_qp_ex, posts with the ibv_wr_*
+ * family and polls with ibv_start_poll / ibv_next_poll / ibv_end_poll (the
+ * same WRs, one wr_start..wr_complete batch per list). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <limits.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -23,6 +30,30 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef DRIVER_LOADER
+/* The engine library sits in lib/ next to this program. */
+int main(int argc, char **argv)
+{
+	char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+	int (*entry)(int, char **);
+	char *slash;
+	void *h;
+
+	if (n <= 0)
+		return 4;
+	path[n] = '\0';
+	slash = strrchr(path, '/');
+	strcpy(slash ? slash + 1 : path, "lib/libobs_engine.so");
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "driver: %s\n", dlerror());
+		return 4;
+	}
+	*(void **)&entry = dlsym(h, "obs_driver_main");
+	return entry ? entry(argc, argv) : 4;
+}
+#else
 #include "orbite_provider.h"
 #include "qp_connect.h"
 
@@ -56,6 +87,7 @@ static struct {
 	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
 	long (*held)(const char *);
 	long (*outstanding)(struct ibv_qp *);
+	struct ibv_qp_ex *(*qp_to_qp_ex)(struct ibv_qp *);
 } V;
 
 static void load_api(void)
@@ -80,6 +112,7 @@ static void load_api(void)
 	V.query_gid = ibv_query_gid;
 	V.held = orbite_provider_held;
 	V.outstanding = orbite_provider_qp_outstanding;
+	V.qp_to_qp_ex = ibv_qp_to_qp_ex;
 #else
 	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
 
@@ -108,6 +141,7 @@ static void load_api(void)
 	LOAD(query_gid, "ibv_query_gid");
 	LOAD(held, "orbite_provider_held");
 	LOAD(outstanding, "orbite_provider_qp_outstanding");
+	LOAD(qp_to_qp_ex, "ibv_qp_to_qp_ex");
 #undef LOAD
 #endif
 }
@@ -137,6 +171,118 @@ struct rig {
 };
 
 static struct ibv_device **devs;
+static int ext; /* the extended API (argv[2] "ext") */
+
+/* ----------------------------------------------------- classic or ext -- */
+
+/* Extended CQs the driver made, with what it asked for: a CQ without
+ * IBV_WC_EX_WITH_QP_NUM serves one QP, whose number the driver knows. */
+#define MAX_XCQ 64
+static struct {
+	struct ibv_cq *cq;
+	int with_qp_num;
+	uint32_t qpn;
+} xcqs[MAX_XCQ];
+static int nxcq;
+
+static struct ibv_cq *cq_create(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch, int with_qp_num)
+{
+	struct ibv_cq_init_attr_ex a;
+	struct ibv_cq_ex *x;
+
+	if (!ext)
+		return V.create_cq(ctx, cqe, NULL, ch, 0);
+	memset(&a, 0, sizeof(a));
+	a.cqe = (uint32_t)cqe;
+	a.channel = ch;
+	a.wc_flags = with_qp_num ? IBV_WC_EX_WITH_QP_NUM : 0;
+	x = ibv_create_cq_ex(ctx, &a);
+	if (!x)
+		return NULL;
+	CHECK(nxcq < MAX_XCQ);
+	xcqs[nxcq].cq = ibv_cq_ex_to_cq(x);
+	xcqs[nxcq++].with_qp_num = with_qp_num;
+	return ibv_cq_ex_to_cq(x);
+}
+
+static int xcq_index(struct ibv_cq *cq)
+{
+	int i;
+
+	for (i = 0; i < nxcq; i++)
+		if (xcqs[i].cq == cq)
+			return i;
+	return -1;
+}
+
+/* The engine's post: ibv_post_send, or the same list as one wr_* batch
+ * (which the provider takes whole or not at all: bad is then the first). */
+static int post_any(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ibv_qp_ex *x;
+	struct ibv_send_wr *w;
+	int ret;
+
+	if (!ext)
+		return ibv_post_send(qp, wr, bad);
+	x = V.qp_to_qp_ex(qp);
+	CHECK(x);
+	ibv_wr_start(x);
+	for (w = wr; w; w = w->next) {
+		x->wr_id = w->wr_id;
+		x->wr_flags = w->send_flags;
+		switch (w->opcode) {
+		case IBV_WR_RDMA_READ:
+			ibv_wr_rdma_read(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr);
+			break;
+		case IBV_WR_RDMA_WRITE:
+			ibv_wr_rdma_write(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr);
+			break;
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+			ibv_wr_rdma_write_imm(x, w->wr.rdma.rkey, w->wr.rdma.remote_addr, w->imm_data);
+			break;
+		case IBV_WR_SEND:
+			ibv_wr_send(x);
+			break;
+		default:
+			CHECK(!"opcode the driver does not post");
+		}
+		if (w->num_sge == 1)
+			ibv_wr_set_sge(x, w->sg_list[0].lkey, w->sg_list[0].addr, w->sg_list[0].length);
+		else
+			ibv_wr_set_sge_list(x, (size_t)w->num_sge, w->sg_list);
+	}
+	ret = ibv_wr_complete(x);
+	*bad = ret ? wr : NULL;
+	return ret;
+}
+
+/* The engine's poll: ibv_poll_cq, or one start/next/end_poll pass. */
+static int poll_any(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+{
+	struct ibv_poll_cq_attr attr = { 0 };
+	struct ibv_cq_ex *x = (struct ibv_cq_ex *)cq;
+	int n = 0, ret, k;
+
+	if (!ext)
+		return ibv_poll_cq(cq, num, wc);
+	k = xcq_index(cq);
+	CHECK(k >= 0);
+	ret = ibv_start_poll(x, &attr);
+	if (ret == ENOENT)
+		return 0;
+	if (ret)
+		return -1;
+	do {
+		memset(&wc[n], 0, sizeof(wc[n]));
+		wc[n].wr_id = x->wr_id;
+		wc[n].status = x->status;
+		wc[n].qp_num = xcqs[k].with_qp_num ? ibv_wc_read_qp_num(x) : xcqs[k].qpn;
+		n++;
+	} while (n < num && (ret = ibv_next_poll(x)) == 0);
+	ibv_end_poll(x);
+	return ret && ret != ENOENT ? -1 : n;
+}
 
 static uint64_t now_ms(void)
 {
@@ -146,10 +292,34 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_cq *cq, int sq_depth, int recvs)
+/* The engine's QPs (ext: with the wr_* family); the peers' stay classic. */
+static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_cq *cq, int sq_depth, int recvs, int engine)
 {
 	struct ibv_qp_init_attr qa;
 
+	if (ext && engine) {
+		struct ibv_qp_init_attr_ex xa;
+		int k = xcq_index(cq);
+
+		memset(&xa, 0, sizeof(xa));
+		xa.send_cq = xa.recv_cq = cq;
+		xa.qp_type = IBV_QPT_RC;
+		xa.cap.max_send_wr = (uint32_t)sq_depth;
+		xa.cap.max_send_sge = 1;
+		xa.cap.max_recv_wr = (uint32_t)recvs;
+		xa.cap.max_recv_sge = 1;
+		xa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		xa.pd = pd;
+		xa.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_RDMA_WRITE |
+				    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND;
+		{
+			struct ibv_qp *qp = ibv_create_qp_ex(pd->context, &xa);
+
+			if (qp && k >= 0 && !xcqs[k].with_qp_num)
+				xcqs[k].qpn = qp->qp_num;
+			return qp;
+		}
+	}
 	memset(&qa, 0, sizeof(qa));
 	qa.send_cq = cq;
 	qa.recv_cq = cq;
@@ -179,7 +349,7 @@ static void qp_to_error(struct ibv_qp *qp)
 
 /* One side of a rig: its own context, PD, MR over buf and CQ. */
 static void side_open(int dev, char *buf, size_t len, int access, struct ibv_context **ctx,
-		      struct ibv_pd **pd, struct ibv_mr **mr, struct ibv_cq **cq)
+		      struct ibv_pd **pd, struct ibv_mr **mr, struct ibv_cq **cq, int with_qp_num)
 {
 	*ctx = V.open_device(devs[dev]);
 	CHECK(*ctx);
@@ -187,7 +357,7 @@ static void side_open(int dev, char *buf, size_t len, int access, struct ibv_con
 	CHECK(*pd);
 	*mr = V.reg_mr(*pd, buf, len, access);
 	CHECK(*mr);
-	*cq = V.create_cq(*ctx, 256, NULL, NULL, 0);
+	*cq = cq_create(*ctx, 256, NULL, with_qp_num);
 	CHECK(*cq);
 }
 
@@ -198,14 +368,15 @@ static void rig_open(struct rig *r, int dev, int nqp, int sq_depth)
 	int i, k;
 
 	memset(r, 0, sizeof(*r));
-	side_open(dev, r->buf, sizeof(r->buf), IBV_ACCESS_LOCAL_WRITE, &r->ctx, &r->pd, &r->mr, &r->cq);
-	side_open(dev, r->pbuf, sizeof(r->pbuf), remote, &r->pctx, &r->ppd, &r->pmr, &r->pcq);
+	/* A CQ of one QP is made without QP numbers (ext). */
+	side_open(dev, r->buf, sizeof(r->buf), IBV_ACCESS_LOCAL_WRITE, &r->ctx, &r->pd, &r->mr, &r->cq, nqp > 1);
+	side_open(dev, r->pbuf, sizeof(r->pbuf), remote, &r->pctx, &r->ppd, &r->pmr, &r->pcq, 1);
 	CHECK(V.query_gid(r->ctx, 1, GID_INDEX, &gid) == 0);
 	for (i = 0; i < nqp; i++) {
 		/* every QP of a rig shares the rig's CQ */
-		r->qp[i] = qp_create(r->pd, r->cq, sq_depth, 0);
+		r->qp[i] = qp_create(r->pd, r->cq, sq_depth, 0, 1);
 		CHECK(r->qp[i]);
-		r->pqp[i] = qp_create(r->ppd, r->pcq, 1, PEER_RECVS);
+		r->pqp[i] = qp_create(r->ppd, r->pcq, 1, PEER_RECVS, 0);
 		CHECK(r->pqp[i]);
 		qp_connect(r->qp[i], &gid, r->pqp[i]->qp_num);
 		qp_connect(r->pqp[i], &gid, r->qp[i]->qp_num);
@@ -277,7 +448,7 @@ static int post_list(struct rig *r, struct ibv_qp *qp, uint64_t first_id, int n,
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 	}
 	bad_sge_at = bad_rkey_at = -1;
-	ret = ibv_post_send(qp, wr, &bad);
+	ret = post_any(qp, wr, &bad);
 	if (bad_id)
 		*bad_id = ret && bad ? bad->wr_id : UINT64_MAX;
 	printf("{\"op\":\"post\",\"qpn\":%u,\"first\":%llu,\"n\":%d,\"ret\":%d,\"bad\":%lld}\n",
@@ -298,7 +469,7 @@ static int drain(struct ibv_cq *cq, struct ibv_qp *qp, int want, int ms)
 	int total = 0, n, i, extra = 20;
 
 	for (;;) {
-		n = ibv_poll_cq(cq, 16, wc);
+		n = poll_any(cq, 16, wc);
 		CHECK(n >= 0);
 		for (i = 0; i < n; i++)
 			printf("{\"op\":\"cqe\",\"qpn\":%u,\"wr_id\":%llu,\"status\":%d}\n",
@@ -367,11 +538,12 @@ static void sc_badwr(void)
 	rig_open(r, 0, 1, 8);
 	bad_sge_at = 2;
 	CHECK(post_list(r, r->qp[0], 100, 5, reads, 1, 1000, &bad) == EINVAL);
-	CHECK(bad == 102);
+	/* ext: wr_complete refuses the whole batch */
+	CHECK(bad == (ext ? 100 : 102));
 	/* 2 outstanding (slots are held until their CQE is polled); depth 8:
-	 * WRs 6 and 7 of this list do not fit */
-	CHECK(post_list(r, r->qp[0], 200, 8, reads, 1, 1000, &bad) == ENOMEM);
-	CHECK(bad == 206);
+	 * WRs 6 and 7 of this list do not fit (ext: none is outstanding) */
+	CHECK(post_list(r, r->qp[0], 200, 8, reads, 1, 1000, &bad) == (ext ? 0 : ENOMEM));
+	CHECK(bad == (ext ? UINT64_MAX : 206));
 	CHECK(drain(r->cq, NULL, 8, 10000) == 8);
 	rig_close(r);
 	free(r);
@@ -430,7 +602,7 @@ static void *poster(void *p)
 		 * once the poller made room. */
 		for (i = 0; i < 4;) {
 			bad = NULL;
-			if (ibv_post_send(a->r->qp[a->q], &wr[i], &bad) == 0) {
+			if (post_any(a->r->qp[a->q], &wr[i], &bad) == 0) {
 				posted += 4 - i;
 				break;
 			}
@@ -453,7 +625,7 @@ static void *poller(void *p)
 	/* Until every posted WR completed (or 30 s after posting ended). */
 	while (!__atomic_load_n(&posting_done, __ATOMIC_SEQ_CST) ||
 	       got < __atomic_load_n(&posted_total, __ATOMIC_SEQ_CST)) {
-		n = ibv_poll_cq(r->cq, 8, wc);
+		n = poll_any(r->cq, 8, wc);
 		CHECK(n >= 0);
 		got += n;
 		if (__atomic_load_n(&posting_done, __ATOMIC_SEQ_CST)) {
@@ -547,7 +719,7 @@ static void sc_destroy(int retry)
 		for (i = 0; i < 2; i++) {
 			c[d].ch[i] = V.create_comp_channel(c[d].ctx);
 			CHECK(c[d].ch[i]);
-			c[d].cq[i] = V.create_cq(c[d].ctx, 16, NULL, c[d].ch[i], 0);
+			c[d].cq[i] = cq_create(c[d].ctx, 16, c[d].ch[i], 1);
 			CHECK(c[d].cq[i]);
 			c[d].pd[i] = V.alloc_pd(c[d].ctx);
 			CHECK(c[d].pd[i]);
@@ -559,7 +731,7 @@ static void sc_destroy(int retry)
 			qa.send_cq = qa.recv_cq = c[d].cq[i];
 			qa.qp_type = IBV_QPT_RC;
 			qa.cap.max_send_wr = 8;
-			c[d].qp[i] = V.create_qp(c[d].pd[i], &qa);
+			c[d].qp[i] = ext ? qp_create(c[d].pd[i], c[d].cq[i], 8, 0, 1) : V.create_qp(c[d].pd[i], &qa);
 			CHECK(c[d].qp[i]);
 		}
 	}
@@ -709,7 +881,7 @@ static void sc_digests(const char *variant)
 		wr[0].next = NULL, n = 1;
 	printf("{\"op\":\"layout\",\"guard\":%d,\"payload\":%d,\"parents\":%d,\"mr_len\":%zu,\"n\":%d}\n",
 	       DG_GUARD, DG_PAYLOAD, DG_PARENTS, sizeof(r->buf), n);
-	CHECK(ibv_post_send(r->qp[0], wr, &bad) == 0);
+	CHECK(post_any(r->qp[0], wr, &bad) == 0);
 	if (!strcmp(variant, "digests-guard"))
 		r->buf[DG_GUARD + DG_PAYLOAD] ^= 0x10; /* a stray write of the engine's */
 	if (dereg) {
@@ -723,15 +895,21 @@ static void sc_digests(const char *variant)
 	free(r);
 }
 
+#ifdef DRIVER_SHARED
+__attribute__((visibility("default"))) int obs_driver_main(int argc, char **argv);
+int obs_driver_main(int argc, char **argv)
+#else
 int main(int argc, char **argv)
+#endif
 {
 	int n = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc != 2) {
-		fprintf(stderr, "usage: obs_driver <scenario>\n");
+	if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "classic") && strcmp(argv[2], "ext"))) {
+		fprintf(stderr, "usage: obs_driver <scenario> [classic|ext]\n");
 		return 2;
 	}
+	ext = argc == 3 && !strcmp(argv[2], "ext");
 	load_api();
 	devs = V.get_device_list(&n);
 	CHECK(devs && n >= 2);
@@ -761,3 +939,4 @@ int main(int argc, char **argv)
 	printf("{\"op\":\"done\"}\n");
 	return 0;
 }
+#endif

@@ -86,7 +86,7 @@ def _validate_log_line(obj):
     if "schema" in obj:
         assert set(obj) == {"schema", "version", "tool", "pid", "format", "record_bytes", "digest", "guard_bytes"}
         assert obj["schema"] == "orbite.observer-log" and obj["version"] == 2
-        assert obj["tool"] in ("accounting", "cq_fault", "uverbs_fault")
+        assert obj["tool"] in ("accounting", "cq_fault", "uverbs_fault", "inflight_fault")
         assert (obj["format"], obj["record_bytes"]) in (("binary", 80), ("json", 0))
         assert obj["digest"] == ("sha256" if obj["tool"] == "accounting" else None)
         return
@@ -98,6 +98,13 @@ def _validate_log_line(obj):
                  "sha256": (str, type(None)), "flags": int},
         "destroy": {"kind": str, "handle": str, "errno": int, "injected": bool, "retry": bool},
         "not_armed": {"reason": str},
+        "inflight_fault": {"ctx": str, "cq": str, "qpn": int, "wr_id": int, "opcode": str, "bytes": int,
+                           "stall_bytes": int, "stalled": int, "landed_local": int, "modify_qp": int,
+                           "state_before": int, "state_after": int, "port_state_before": int,
+                           "port_state_after": int, "post_ret": int},
+        "inflight_cqe": {"ctx": str, "cq": str, "qpn": int, "wr_id": int, "status": int, "status_name": str,
+                         "byte_len": int, "dest_sha256": (str, type(None))},
+        "inflight_destroy": {"qpn": int, "ret": int, "after_cqe": int},
         "context_close": {"dev": str},
         "summary": {
             "accepted_wrs": int,
@@ -139,8 +146,9 @@ class Run:
         return summary
 
 
-def run(build, tool, driver, scenario, tmp_path, env=None, leaks=True):
-    log = tmp_path / f"{tool}-{scenario}.log"
+def run(build, tool, driver, scenario, tmp_path, env=None, leaks=True, api="classic"):
+    """Run the driver's scenario under ``tool``; ``api`` "ext" posts and polls through the extended verbs."""
+    log = tmp_path / f"{tool}-{scenario}{'' if api == 'classic' else '-' + api}.log"
     full_env = dict(os.environ)
     full_env.update(
         {
@@ -161,7 +169,7 @@ def run(build, tool, driver, scenario, tmp_path, env=None, leaks=True):
     full_env["LD_PRELOAD"] = preload
     full_env.update(env or {})
     done = subprocess.run(
-        [str(build.tool(driver)), scenario], env=full_env, capture_output=True, text=True, timeout=60, check=False
+        [str(build.tool(driver)), scenario, api], env=full_env, capture_output=True, text=True, timeout=60, check=False
     )
     for mark in SANITIZER_MARKS:
         assert mark not in done.stderr, done.stderr
@@ -238,7 +246,12 @@ def test_make_names_the_missing_verbs_header(tmp_path):
 # --------------------------------------------------------------- accounting --
 
 
-@pytest.mark.parametrize("driver", ["obs_driver_direct", "obs_driver_dlopen"])
+# How an engine loads libibverbs: linked, dlopened RTLD_LOCAL and dlsymed, or linked to a library the engine
+# dlopens RTLD_LOCAL (libibverbs loaded, never global: Python's pyverbs).
+LOADINGS = ["obs_driver_direct", "obs_driver_dlopen", "obs_driver_local"]
+
+
+@pytest.mark.parametrize("driver", LOADINGS)
 def test_accounting_joins_each_accepted_payload_wr(build, driver, tmp_path):
     # Red check (join): in obs_core.c obs_poll_cq, removing `joined_wrs++;`
     # fails exactly this test and test_error_completions_use_the_recorded_wr.
@@ -247,6 +260,10 @@ def test_accounting_joins_each_accepted_payload_wr(build, driver, tmp_path):
     # threads test, the cq_fault tests and the qp-selector test.  The dlopen
     # variant guards the dlsym interposition in obs_core.c dlsym():
     # `return h->wrapper;` -> `return real;` fails the dlopen variants only.
+    # The local variant guards obs_real's fallback to the loaded library:
+    # without `r = real_dlsym_fn(verbs_lib, name);` RTLD_NEXT finds no
+    # ibv_open_device, the open fails with ENOSYS and every local variant
+    # fails (the driver's CHECK).
     r = run(build, "accounting", driver, "accounting", tmp_path)
     expected = _expected_payload_wrs(r)
     wrs = r.events("wr")
@@ -519,6 +536,125 @@ def test_binary_and_json_logs_say_the_same(build, tool, scenario, env, tmp_path)
     assert binary == json_
 
 
+# ------------------------------------------------------- extended verbs --
+
+
+def _by_qp(events):
+    """The records of a log grouped by QP ({renamed QPN or None: [record, ...]}): the order of completions of two
+    QPs sharing a CQ is the provider's timing, within a QP it is the posting order. Pointers and QPNs (per
+    process) are renamed by their order of appearance in the WR records (the posting order), and the window
+    flags of slices next to other slices are dropped (see _normalized)."""
+    names, qpns = {}, {}
+    body = [dict(e) for e in events[1:]]
+    for e in sorted(body, key=lambda e: e.get("ev") != "wr"):  # WR records first, in order
+        for key in ("ctx", "cq"):
+            if key in e:
+                names.setdefault(e[key], f"p{len(names)}")
+        if "qpn" in e:
+            qpns.setdefault(e["qpn"], len(qpns))
+    groups = {}
+    for e in body:
+        for key in ("ctx", "cq"):
+            if key in e:
+                e[key] = names[e[key]]
+        if e.get("ev") == "data":
+            e["flags"] &= NOT_HASHED
+        if "qpn" in e:
+            e["qpn"] = qpns[e["qpn"]]
+        if e.get("ev") == "summary":
+            for key in ("max_inflight_per_qp", "max_outstanding_parents_per_qp"):
+                e[key] = {qpns[int(k)]: v for k, v in e[key].items()}
+        groups.setdefault(e.get("qpn"), []).append(e)
+    return groups
+
+
+def _first_difference(classic, ext):
+    """None when the two logs say the same, record by record (each QP's records in order); else the first
+    record that differs."""
+    a, b = _by_qp(classic), _by_qp(ext)
+    for qpn in sorted(set(a) | set(b), key=str):
+        x, y = a.get(qpn, []), b.get(qpn, [])
+        for i, (r, t) in enumerate(zip(x, y)):
+            if r != t:
+                return f"QP {qpn} record {i + 1}: classic {r} != ext {t}"
+        if len(x) != len(y):
+            unmatched = (x + y)[min(len(x), len(y))]
+            return f"QP {qpn}: classic has {len(x)} records, ext {len(y)}: first unmatched {unmatched}"
+    return None
+
+
+INFLIGHT = {"ORBITE_INFLIGHT_FAULT_ARMED": "1", "ORBITE_INFLIGHT_FAULT_BYTES": "100"}
+# (tool, scenario, env) runs whose logs must not depend on the API the engine posts and polls with.
+SAME_LOG = [
+    ("accounting", "accounting", {}),
+    ("accounting", "errors", {}),
+    ("accounting", "digests", {}),
+    ("accounting", "digests-write", {}),
+    ("cq_fault", "withhold", {"ORBITE_CQ_FAULT_ARMED": "1", "ORBITE_CQ_FAULT_SKIP": "1"}),
+    ("inflight_fault", "digests", INFLIGHT),
+    ("inflight_fault", "errors", {**INFLIGHT, "ORBITE_INFLIGHT_FAULT_SKIP": "0"}),
+    ("uverbs_fault", "cleanup-qp", {"ORBITE_UVERBS_FAULT_KIND": "qp", "ORBITE_UVERBS_FAULT_WITHHOLD_SKIP": "1"}),
+    ("uverbs_fault", "destroy-retry", {"ORBITE_UVERBS_FAULT_KIND": "cq"}),
+    ("uverbs_fault", "destroy-retry", {"ORBITE_UVERBS_FAULT_KIND": "qp"}),
+]
+
+
+@pytest.mark.parametrize("driver", LOADINGS)
+@pytest.mark.parametrize(("tool", "scenario", "env"), SAME_LOG)
+def test_extended_verbs_give_the_classic_log(build, driver, tool, scenario, env, tmp_path):
+    # An engine posting with ibv_wr_* and polling with ibv_start_poll/next_poll/end_poll is seen exactly as one
+    # using ibv_post_send and ibv_poll_cq: the same records in the same order (WRs, completions, withheld ones,
+    # data digests, the in-flight fault, destroys), and the engine sees the same completions.
+    # Red check: obs_core.c built with -DOBS_RED_NO_EXTENDED (qpx_wrap and cqx_wrap wrap nothing) fails this
+    # comparison; test_an_observer_blind_to_the_extended_verbs_is_caught runs that build.
+    runs = {}
+    for api in ("classic", "ext"):
+        runs[api] = run(build, tool, driver, scenario, tmp_path, env=env, leaks=tool != "uverbs_fault", api=api)
+    assert _first_difference(runs["classic"].log, runs["ext"].log) is None
+    # Something to compare: WRs and completions, or (destroy-retry, which posts nothing) destroys.
+    assert [e for e in runs["ext"].log if e.get("ev") in ("wr", "destroy")]
+    seen = {api: sorted((c["wr_id"], c["status"]) for c in r.ops("cqe")) for api, r in runs.items()}
+    assert seen["classic"] == seen["ext"]
+
+
+def test_extended_batches_are_taken_whole_or_refused_whole(build, tmp_path):
+    # wr_complete refuses the batch that holds the 2-SGE WR (the 1-SGE QP): nothing of it is logged as
+    # accepted, as a refused post_send logs nothing from bad_wr on; the next batch of 8 fits the queue.
+    r = run(build, "accounting", "obs_driver_direct", "badwr", tmp_path, api="ext")
+    assert [(p["ret"], p["bad"]) for p in r.ops("post")] == [(22, 100), (0, -1)]
+    assert [w["wr_id"] for w in r.events("wr")] == list(range(200, 208))
+    assert (r.summary["accepted_wrs"], r.summary["joined"]) == (8, 8)
+
+
+def test_extended_threads_post_and_poll_concurrently(build, tmp_path):
+    # Three posting threads (wr_* batches, resubmitted whole when the queue is full) and one extended poller.
+    r = run(build, "accounting", "obs_driver_direct", "threads", tmp_path, api="ext")
+    (threads,) = r.ops("threads")
+    assert threads["posted"] == threads["polled"] == 12000
+    assert len(r.events("wr")) == 12000 and _independent_join(r) == 12000
+    assert all(1 <= v <= 64 for v in r.summary["max_inflight_per_qp"].values())
+
+
+@pytest.fixture(scope="module")
+def blind_build(tmp_path_factory, host):
+    """The observers built with the extended wrapping skipped (the red check of the equality test)."""
+    out = tmp_path_factory.mktemp("obs-blind")
+    done = subprocess.run(["make", "-s", "-C", str(OBSERVERS), f"OUT={out}", "OBS_CFLAGS=-DOBS_RED_NO_EXTENDED",
+                           "tests"], capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    return Build(out, None, host)
+
+
+def test_an_observer_blind_to_the_extended_verbs_is_caught(blind_build, tmp_path):
+    # The equality check of test_extended_verbs_give_the_classic_log names the first record the blind build
+    # misses: the first accepted WR (an ext post it never saw).
+    runs = {api: run(blind_build, "accounting", "obs_driver_direct", "errors", tmp_path, api=api)
+            for api in ("classic", "ext")}
+    difference = _first_difference(runs["classic"].log, runs["ext"].log)
+    assert difference is not None and "{'ev': 'wr'" in difference.split("!=")[0], difference
+    assert runs["ext"].events("wr") == [] and runs["ext"].summary["accepted_wrs"] == 0
+
+
 def test_guard_size_and_format_settings_are_checked(build, tmp_path):
     r = run(build, "accounting", "obs_driver_direct", "digests", tmp_path,
             env={"ORBITE_OBSERVER_GUARD_BYTES": "4k", "ORBITE_OBSERVER_LOG_FORMAT": "xml"})
@@ -547,7 +683,7 @@ def test_the_log_name_gives_the_format_unless_one_is_set(build, tmp_path, name, 
 # ----------------------------------------------------------------- cq_fault --
 
 
-@pytest.mark.parametrize("driver", ["obs_driver_direct", "obs_driver_dlopen"])
+@pytest.mark.parametrize("driver", LOADINGS)
 def test_cq_fault_withholds_successful_payload_completions(build, driver, tmp_path):
     # Red check (withhold): in obs_poll_cq, deleting `drop = 1;` hands every
     # withheld completion to the engine: 502, 504 and 600 show up below.  It
@@ -695,7 +831,7 @@ def test_uverbs_fault_write_path_on_every_descriptor(build, tmp_path):
     assert Counter(e["kind"] for e in r.events("destroy")) == Counter({"qp": 4, "mw": 4, "mr": 4, "cq": 4, "pd": 4})
 
 
-@pytest.mark.parametrize("driver", ["obs_driver_direct", "obs_driver_dlopen"])
+@pytest.mark.parametrize("driver", LOADINGS)
 @pytest.mark.parametrize("kind", ["qp", "mr", "channel"])
 def test_uverbs_fault_records_a_retry_as_violation(build, driver, kind, tmp_path):
     # Red check: in uverbs_fault.c decide(), `retry = is_failed(fd, kind,
