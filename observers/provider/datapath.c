@@ -940,8 +940,8 @@ int dp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	for (w = wr; w; w = w->next) {
 		struct rwqe *r;
 
-		if (q->qp.state == IBV_QPS_RESET) {
-			ret = EINVAL;
+		if (q->qp.state == IBV_QPS_RESET || q->srq) {
+			ret = EINVAL; /* with an SRQ, receives go to the SRQ */
 		} else if (w->num_sge < 0 || (uint32_t)w->num_sge > q->cap.max_recv_sge) {
 			ret = EINVAL;
 		} else if (!n || q->rq_head - q->rq_tail >= n) {
@@ -980,6 +980,36 @@ int cq_take_locked(struct pcq *cq, struct ibv_wc *wc)
 	cq->head = (cq->head + 1) % cq->cap;
 	cq->count--;
 	return 1;
+}
+
+int dp_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct psrq *s = (struct psrq *)srq;
+	struct ibv_recv_wr *w;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (w = wr; w; w = w->next) {
+		struct rwqe *r;
+
+		if (w->num_sge < 0 || (uint32_t)w->num_sge > s->max_sge)
+			ret = EINVAL;
+		else if (s->head - s->tail >= s->max_wr)
+			ret = ENOMEM;
+		if (ret) {
+			*bad = w;
+			break;
+		}
+		r = &s->rq[s->head % s->max_wr];
+		r->wr_id = w->wr_id;
+		r->num_sge = w->num_sge;
+		if (w->num_sge)
+			memcpy(r->sge, w->sg_list, sizeof(*r->sge) * (size_t)w->num_sge);
+		s->head++;
+	}
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
 }
 
 int dp_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
@@ -1811,6 +1841,43 @@ static int send_resp(int fd, int status, const struct req_hdr *r, uint64_t len)
 	return send_all(fd, &h, sizeof(h));
 }
 
+static int qp_serving(struct pqp *q);
+
+/* take_recv from the QP's SRQ.  The wait is sliced: a QP leaving RTR/RTS
+ * does not signal the SRQ's condition.  Taking a WR that leaves fewer than
+ * the armed srq_limit fires IBV_EVENT_SRQ_LIMIT_REACHED once (disarmed). */
+static int take_srq_recv(struct pqp *q, long wait_ms, struct rwqe *out, struct ibv_sge *sges)
+{
+	struct psrq *s = q->srq;
+	uint64_t end = now_ms() + (uint64_t)wait_ms;
+	int ok = 0, fire = 0;
+
+	pthread_mutex_lock(&s->lock);
+	while (qp_serving(q) && s->tail == s->head && now_ms() < end) {
+		struct timespec ts;
+
+		abstime_in(&ts, 10);
+		pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+	}
+	if (qp_serving(q) && s->tail != s->head) {
+		struct rwqe *r = &s->rq[s->tail % s->max_wr];
+
+		*out = *r;
+		memcpy(sges, r->sge, sizeof(*sges) * (size_t)r->num_sge);
+		out->sge = sges;
+		s->tail++;
+		ok = 1;
+		if (s->limit && s->head - s->tail < s->limit) {
+			s->limit = 0;
+			fire = 1;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (fire)
+		ctx_async_event(s->c, (uintptr_t)s, IBV_EVENT_SRQ_LIMIT_REACHED);
+	return ok ? 0 : -1;
+}
+
 /* Take a receive WR for an incoming SEND/WRITE_WITH_IMM, waiting as RNR
  * retries would; 0 and *out, or -1 (RNR retries exhausted or QP left). */
 static int take_recv(struct pqp *q, int rnr_retry, struct rwqe *out, struct ibv_sge *sges)
@@ -1820,6 +1887,8 @@ static int take_recv(struct pqp *q, int rnr_retry, struct rwqe *out, struct ibv_
 	struct timespec ts;
 	int ok = 0;
 
+	if (q->srq)
+		return take_srq_recv(q, rnr_retry == 7 ? 3600L * 1000 : per * (rnr_retry + 1), out, sges);
 	abstime_in(&ts, rnr_retry == 7 ? 3600L * 1000 : per * (rnr_retry + 1));
 	pthread_mutex_lock(&q->lock);
 	while (!q->dead && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) &&

@@ -22,7 +22,7 @@
 
 /* ------------------------------------------------------------- counters -- */
 
-static const char *const held_names[H_COUNT] = { "ctx", "pd", "mr", "mw", "cq", "channel", "qp" };
+static const char *const held_names[H_COUNT] = { "ctx", "pd", "mr", "mw", "cq", "channel", "qp", "srq" };
 static long held[H_COUNT];
 static const char *const stat_names[S_COUNT] = {
 	"read_bytes_landed", "write_bytes_sent", "read_bytes_served",
@@ -609,6 +609,8 @@ PROV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_device_ex = dev_query_device_ex;
 	c->vctx.create_cq_ex = obj_create_cq_ex;
 	c->vctx.create_qp_ex = obj_create_qp_ex;
+	c->vctx.create_srq_ex = obj_create_srq_ex;
+	c->vctx.context.ops.post_srq_recv = dp_post_srq_recv;
 	held_add(H_CTX, 1);
 	return &c->vctx.context;
 }
@@ -654,6 +656,10 @@ PROV_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_ev
 	case IBV_EVENT_QP_LAST_WQE_REACHED:
 		event->element.qp = (struct ibv_qp *)(uintptr_t)ev.element;
 		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		event->element.srq = (struct ibv_srq *)(uintptr_t)ev.element;
+		break;
 	default:
 		event->element.port_num = (int)ev.element;
 		break;
@@ -670,6 +676,15 @@ PROV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 		cq->async_events_completed++;
 		pthread_cond_signal(&cq->cond);
 		pthread_mutex_unlock(&cq->mutex);
+	}
+	if ((event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED || event->event_type == IBV_EVENT_SRQ_ERR) &&
+	    event->element.srq) {
+		struct ibv_srq *srq = event->element.srq;
+
+		pthread_mutex_lock(&srq->mutex);
+		srq->events_completed++;
+		pthread_cond_signal(&srq->cond);
+		pthread_mutex_unlock(&srq->mutex);
 	}
 }
 
@@ -710,6 +725,9 @@ PROV_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr
 	attr->max_res_rd_atom = 1 << 20;
 	attr->atomic_cap = IBV_ATOMIC_HCA;
 	attr->max_mw = 1 << 20;
+	attr->max_srq = 1 << 16;
+	attr->max_srq_wr = MAX_WR - 1; /* as mlx5: 32767 */
+	attr->max_srq_sge = MAX_SGE;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 16;
 	attr->phys_port_cnt = (uint8_t)d->nports;
@@ -1085,10 +1103,6 @@ UNSUPPORTED_PTR(struct ibv_ah, ibv_create_ah_from_wc, struct ibv_pd *pd, struct 
 UNSUPPORTED_INT(ibv_destroy_ah, struct ibv_ah *ah)
 UNSUPPORTED_INT(ibv_init_ah_from_wc, struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
 		struct ibv_grh *grh, struct ibv_ah_attr *ah)
-UNSUPPORTED_PTR(struct ibv_srq, ibv_create_srq, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-UNSUPPORTED_INT(ibv_destroy_srq, struct ibv_srq *srq)
-UNSUPPORTED_INT(ibv_modify_srq, struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
-UNSUPPORTED_INT(ibv_query_srq, struct ibv_srq *srq, struct ibv_srq_attr *attr)
 UNSUPPORTED_INT(ibv_attach_mcast, struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 UNSUPPORTED_INT(ibv_detach_mcast, struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 UNSUPPORTED_INT(ibv_resize_cq, struct ibv_cq *cq, int cqe)

@@ -707,6 +707,183 @@ PROV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	pthread_mutex_unlock(&cq->mutex);
 }
 
+/* ------------------------------------------------------------------ SRQ -- */
+
+int rq_ring_alloc(uint32_t n, uint32_t nsge, struct rwqe **rq, struct ibv_sge **pool)
+{
+	uint32_t i;
+
+	*rq = calloc(n, sizeof(**rq));
+	*pool = calloc((size_t)n * nsge, sizeof(**pool));
+	if (!*rq || !*pool) {
+		free(*rq);
+		free(*pool);
+		return -1;
+	}
+	for (i = 0; i < n; i++)
+		(*rq)[i].sge = *pool + (size_t)i * nsge;
+	return 0;
+}
+
+static void free_srq(struct psrq *s)
+{
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->srq.mutex);
+	pthread_cond_destroy(&s->srq.cond);
+	free(s->rq);
+	free(s->sge_pool);
+	free(s);
+	held_add(H_SRQ, -1);
+}
+
+/* As mlx5: max_wr up to max_srq_wr, max_sge up to max_srq_sge (EINVAL
+ * beyond); srq_limit is not armed at creation (ibv_modify_srq arms it). */
+PROV_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct pctx *c = ctx_of(pd->context);
+	struct psrq *s;
+	uint32_t n = attr->attr.max_wr, nsge = attr->attr.max_sge;
+
+	if (n == 0 || n > MAX_WR - 1 || nsge > MAX_SGE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!nsge)
+		nsge = 1;
+	s = calloc(1, sizeof(*s));
+	if (!s || rq_ring_alloc(n, nsge, &s->rq, &s->sge_pool)) {
+		free(s);
+		errno = ENOMEM;
+		return NULL;
+	}
+	s->c = c;
+	s->max_wr = n;
+	s->max_sge = attr->attr.max_sge;
+	pthread_mutex_init(&s->lock, NULL);
+	cond_init(&s->cond);
+	s->srq.context = pd->context;
+	s->srq.srq_context = attr->srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = ctx_new_handle(c);
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	pthread_mutex_lock(&c->lock);
+	s->next = c->srqs;
+	c->srqs = s;
+	pd_use(pd, 1);
+	pthread_mutex_unlock(&c->lock);
+	held_add(H_SRQ, 1);
+	return &s->srq;
+}
+
+/* Reached for what ibv_create_srq_ex does not hand to ibv_create_srq: XRC
+ * and tag-matching SRQs are not modelled. */
+struct ibv_srq *obj_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr)
+{
+	uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			 IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+
+	if ((attr->comp_mask & ~known) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd ||
+	    attr->pd->context != ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_BASIC &&
+	    !(attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM))) {
+		struct ibv_srq_init_attr a = { attr->srq_context, attr->attr };
+		struct ibv_srq *srq = ibv_create_srq(attr->pd, &a);
+
+		return srq;
+	}
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+PROV_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	struct psrq *s = (struct psrq *)srq;
+	int ret = 0;
+
+	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
+		return EINVAL;
+	pthread_mutex_lock(&s->lock);
+	if (mask & IBV_SRQ_MAX_WR) {
+		/* A resize keeps what is queued (rxe's rule: not below it). */
+		uint32_t n = attr->max_wr, nsge = s->max_sge ? s->max_sge : 1;
+		struct rwqe *rq;
+		struct ibv_sge *pool;
+		uint64_t k;
+
+		if (n == 0 || n > MAX_WR - 1 || n < s->head - s->tail ||
+		    ((mask & IBV_SRQ_LIMIT) ? attr->srq_limit : s->limit) > n) {
+			ret = EINVAL;
+		} else if (rq_ring_alloc(n, nsge, &rq, &pool)) {
+			ret = ENOMEM;
+		} else {
+			for (k = s->tail; k < s->head; k++) {
+				struct rwqe *from = &s->rq[k % s->max_wr], *to = &rq[(k - s->tail) % n];
+
+				to->wr_id = from->wr_id;
+				to->num_sge = from->num_sge;
+				memcpy(to->sge, from->sge, sizeof(*to->sge) * (size_t)from->num_sge);
+			}
+			free(s->rq);
+			free(s->sge_pool);
+			s->rq = rq;
+			s->sge_pool = pool;
+			s->head -= s->tail;
+			s->tail = 0;
+			s->max_wr = n;
+		}
+	}
+	if (!ret && (mask & IBV_SRQ_LIMIT)) {
+		if (attr->srq_limit > s->max_wr)
+			ret = EINVAL;
+		else
+			s->limit = attr->srq_limit; /* 0 disarms */
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+PROV_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct psrq *s = (struct psrq *)srq;
+
+	pthread_mutex_lock(&s->lock);
+	attr->max_wr = s->max_wr;
+	attr->max_sge = s->max_sge;
+	attr->srq_limit = s->limit;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+PROV_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct psrq *s = (struct psrq *)srq, **pp;
+	struct pctx *c = s->c;
+	int ret = uverbs_destroy(srq->context, UVERBS_OBJECT_SRQ, UVERBS_METHOD_SRQ_DESTROY,
+				 IB_USER_VERBS_CMD_DESTROY_SRQ, srq->handle, 1);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	if (s->usecnt) {
+		pthread_mutex_unlock(&c->lock);
+		return EBUSY;
+	}
+	for (pp = &c->srqs; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pd_use(srq->pd, -1);
+	pthread_mutex_unlock(&c->lock);
+	free_srq(s);
+	return 0;
+}
+
 /* ------------------------------------------------------------------- QP -- */
 
 static uint32_t qpn_seq;
@@ -798,10 +975,11 @@ static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		errno = EOPNOTSUPP; /* only RC is modelled */
 		return NULL;
 	}
-	if (!attr->send_cq || !attr->recv_cq || attr->srq || cap->max_send_wr > MAX_WR ||
+	if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > MAX_WR ||
 	    cap->max_recv_wr > MAX_WR || cap->max_send_sge > MAX_SGE ||
 	    cap->max_recv_sge > MAX_SGE || cap->max_inline_data > MAX_INLINE ||
-	    attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context) {
+	    attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
+	    (attr->srq && attr->srq->context != pd->context)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -857,6 +1035,8 @@ static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	q->qp.qp_num = (uint32_t)q->lport << 8 |
 		       (__atomic_fetch_add(&qpn_seq, 1, __ATOMIC_RELAXED) & 0xffu);
 	q->sq_sig_all = attr->sq_sig_all;
+	q->srq = (struct psrq *)attr->srq;
+	q->qp.srq = attr->srq;
 	q->pending_err = IBV_WC_SUCCESS;
 	q->stall_next = UINT64_MAX;
 	if (is_ex) {
@@ -886,6 +1066,8 @@ static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	pd_use(pd, 1);
 	((struct pcq *)attr->send_cq)->usecnt++;
 	((struct pcq *)attr->recv_cq)->usecnt++;
+	if (q->srq)
+		q->srq->usecnt++;
 	pthread_mutex_unlock(&c->lock);
 	held_add(H_QP, 1);
 	return &q->qp;
@@ -1125,6 +1307,7 @@ PROV_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int ma
 	init->cap = q->cap;
 	init->qp_type = qp->qp_type;
 	init->sq_sig_all = q->sq_sig_all;
+	init->srq = qp->srq;
 	pthread_mutex_unlock(&q->lock);
 	return 0;
 }
@@ -1146,6 +1329,8 @@ static void qp_release_locked(struct pctx *c, struct pqp *q)
 	pd_use(q->qp.pd, -1);
 	((struct pcq *)q->qp.send_cq)->usecnt--;
 	((struct pcq *)q->qp.recv_cq)->usecnt--;
+	if (q->srq)
+		q->srq->usecnt--;
 }
 
 static void qp_teardown(struct pqp *q)
@@ -1205,6 +1390,12 @@ void objects_close_context(struct pctx *c)
 			held_add(H_MR, -1);
 		}
 		c->keys[i].kind = KEY_FREE;
+	}
+	while (c->srqs) {
+		struct psrq *sq = c->srqs;
+
+		c->srqs = sq->next;
+		free_srq(sq);
 	}
 	while ((cq = c->cqs)) {
 		c->cqs = cq->next;

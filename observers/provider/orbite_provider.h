@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 /* Objects currently held by this process: "ctx", "pd", "mr", "mw", "cq",
- * "channel", "qp"; -1 for an unknown kind.  A destroy that failed (EIO from
+ * "channel", "qp", "srq"; -1 for an unknown kind.  A destroy that failed (EIO from
  * the uverbs descriptor, EBUSY) leaves the object counted. */
 long orbite_provider_held(const char *kind);
 

@@ -18,7 +18,7 @@
 
 /* ------------------------------------------------------------- counters -- */
 
-enum held_kind { H_CTX, H_PD, H_MR, H_MW, H_CQ, H_CHANNEL, H_QP, H_COUNT };
+enum held_kind { H_CTX, H_PD, H_MR, H_MW, H_CQ, H_CHANNEL, H_QP, H_SRQ, H_COUNT };
 void held_add(int kind, long delta);
 
 enum stat_kind {
@@ -95,6 +95,7 @@ struct pctx {
 	struct ppd *pds;         /* singly linked lists of live objects */
 	struct pcq *cqs;
 	struct pchan *chans;
+	struct psrq *srqs;
 	int async_wfd;           /* writing end of async_fd */
 	int closing;
 	uint64_t stats[S_COUNT]; /* what moved through this context (atomic) */
@@ -244,6 +245,25 @@ struct rwqe {
 	struct ibv_sge *sge;
 };
 
+/* Shared receive queue: QPs created with it take their receives here. */
+struct psrq {
+	struct ibv_srq srq;      /* first member */
+	struct psrq *next;
+	struct pctx *c;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;     /* a receive was posted */
+	struct rwqe *rq;         /* slot = seq % max_wr */
+	struct ibv_sge *sge_pool;
+	uint32_t max_wr, max_sge;
+	uint64_t head, tail;
+	uint32_t limit;          /* armed srq_limit, 0 = not armed */
+	long usecnt;             /* QPs using it (ctx->lock; EBUSY on destroy) */
+};
+
+/* Allocate a ring of n receive WRs of nsge SGEs each (rq, sge pool). */
+int rq_ring_alloc(uint32_t n, uint32_t nsge, struct rwqe **rq, struct ibv_sge **pool);
+int dp_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
 #define MAX_LISTEN 8
 
 /* Limits of a QP (ibv_create_qp answers EINVAL beyond them). */
@@ -297,6 +317,7 @@ struct pqp {
 	struct rwqe *rq;
 	struct ibv_sge *rsge_pool;
 	uint64_t rq_head, rq_tail;
+	struct psrq *srq;        /* receives come from it instead (create attr) */
 	/* error handling */
 	enum ibv_wc_status pending_err; /* given to the first flushed WR */
 	int flushed;             /* queues flushed; later posts flush at once */
@@ -338,6 +359,7 @@ void qp_stop_all(struct pqp *q);
 void qp_ex_init_ops(struct pqp *q, uint64_t send_ops);
 void qp_ex_free(struct pqp *q);
 struct ibv_qp *obj_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+struct ibv_srq *obj_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
 
 /* data path ops installed in ibv_context.ops */
 int dp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

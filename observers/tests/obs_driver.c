@@ -308,6 +308,7 @@ static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_cq *cq, int sq_dep
 		xa.cap.max_send_sge = 1;
 		xa.cap.max_recv_wr = (uint32_t)recvs;
 		xa.cap.max_recv_sge = 1;
+		xa.cap.max_inline_data = 64;
 		xa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 		xa.pd = pd;
 		xa.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_RDMA_WRITE |
@@ -895,6 +896,41 @@ static void sc_digests(const char *variant)
 	free(r);
 }
 
+/* ext only: a batch of two READs aborted (never posted), then a batch of an
+ * inline WRITE (64 bytes copied at the call, no MR) and a READ. */
+static void sc_abort(void)
+{
+	struct rig *r = malloc(sizeof(*r));
+	struct ibv_qp_ex *x;
+
+	CHECK(r && ext);
+	rig_open(r, 0, 1, 8);
+	x = V.qp_to_qp_ex(r->qp[0]);
+	CHECK(x);
+	ibv_wr_start(x);
+	x->wr_id = 900;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(x, r->pmr->rkey, (uintptr_t)r->pbuf);
+	ibv_wr_set_sge(x, r->mr->lkey, (uintptr_t)r->buf, 1000);
+	x->wr_id = 901;
+	ibv_wr_rdma_read(x, r->pmr->rkey, (uintptr_t)r->pbuf);
+	ibv_wr_set_sge(x, r->mr->lkey, (uintptr_t)r->buf, 1000);
+	ibv_wr_abort(x);
+	ibv_wr_start(x);
+	x->wr_id = 902;
+	x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_rdma_write(x, r->pmr->rkey, (uintptr_t)r->pbuf);
+	ibv_wr_set_inline_data(x, r->buf, 64);
+	x->wr_id = 903;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(x, r->pmr->rkey, (uintptr_t)r->pbuf);
+	ibv_wr_set_sge_list(x, 1, &(struct ibv_sge){ (uintptr_t)r->buf, 1000, r->mr->lkey });
+	CHECK(ibv_wr_complete(x) == 0);
+	CHECK(drain(r->cq, NULL, 2, 10000) == 2);
+	rig_close(r);
+	free(r);
+}
+
 #ifdef DRIVER_SHARED
 __attribute__((visibility("default"))) int obs_driver_main(int argc, char **argv);
 int obs_driver_main(int argc, char **argv)
@@ -927,6 +963,8 @@ int main(int argc, char **argv)
 		sc_destroy(0);
 	else if (!strcmp(argv[1], "destroy-retry"))
 		sc_destroy(1);
+	else if (!strcmp(argv[1], "abort"))
+		sc_abort();
 	else if (!strcmp(argv[1], "cleanup-qp"))
 		sc_cleanup_qp();
 	else if (!strncmp(argv[1], "digests", 7))

@@ -9,7 +9,7 @@
  *   prov_driver client <rendezvous> <device> <scenario> [arg]
  *
  * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
- * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, and
+ * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq, and
  * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
  * (how the program waits for completions: busy polling, polling with a
  * 50 us sleep when the CQ is empty, or the completion channel; messages
@@ -1359,8 +1359,9 @@ static struct ibv_cq_ex *xcq_new(uint64_t wc_flags)
 	return ibv_create_cq_ex(C.e.ctx, &ca);
 }
 
-/* send_ops != 0: QP a through ibv_create_qp_ex with those send_ops_flags. */
-static void xpair_new(struct xpair *x, uint64_t send_ops, int b_access)
+/* send_ops != 0: QP a through ibv_create_qp_ex with those send_ops_flags;
+ * srq: QP b takes its receives from it. */
+static void xpair_make(struct xpair *x, uint64_t send_ops, int b_access, struct ibv_srq *srq)
 {
 	struct ibv_qp_init_attr a;
 
@@ -1395,10 +1396,16 @@ static void xpair_new(struct xpair *x, uint64_t send_ops, int b_access)
 		CHECK(x->a != NULL);
 	}
 	a.send_cq = a.recv_cq = ibv_cq_ex_to_cq(x->cqb);
+	a.srq = srq;
 	x->b = ibv_create_qp(C.e.pd, &a);
 	CHECK(x->b != NULL);
 	CHECK(qp_connect(&C.e, x->a, &C.e.gid, x->b->qp_num, RW) == 0);
 	CHECK(qp_connect(&C.e, x->b, &C.e.gid, x->a->qp_num, b_access) == 0);
+}
+
+static void xpair_new(struct xpair *x, uint64_t send_ops, int b_access)
+{
+	xpair_make(x, send_ops, b_access, NULL);
 }
 
 static void xpair_free(struct xpair *x)
@@ -1905,6 +1912,172 @@ static void sc_atomics(void)
 	CHECK(ibv_dereg_mr(amr) == 0);
 }
 
+/* ----------------------------------------------------------------- SRQ -- */
+
+static int srq_post(struct ibv_srq *srq, uint64_t wr_id, uint64_t off, uint32_t len)
+{
+	struct ibv_sge sge = { (uintptr_t)C.buf + off, len, C.mr->lkey };
+	struct ibv_recv_wr wr, *bad;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	return ibv_post_srq_recv(srq, &wr, &bad);
+}
+
+static void send1(struct ibv_qp *qp, uint64_t wr_id, uint64_t off, uint32_t len)
+{
+	CHECK(post_rdma(qp, IBV_WR_SEND, wr_id, C.buf + off, len, C.mr->lkey, 0, 0, IBV_SEND_SIGNALED) == 0);
+}
+
+static struct ibv_srq *srq_new(uint32_t max_wr, uint32_t max_sge)
+{
+	struct ibv_srq_init_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = max_sge;
+	errno = 0;
+	return ibv_create_srq(C.e.pd, &a);
+}
+
+/* Serve one SEND of x's requester from the SRQ: the receive's wr_id, and
+ * whether its bytes landed where that receive pointed (off_of(wr_id)). */
+static uint64_t srq_take1(struct xpair *x, uint64_t send_id, uint32_t seed)
+{
+	struct ibv_wc wa, wb;
+
+	fill(C.buf, 0, 512, seed);
+	send1(x->a, send_id, 0, 512);
+	CHECK(xpoll1(x->cqa, &wa, 20000) && wa.status == IBV_WC_SUCCESS);
+	CHECK(xpoll1(x->cqb, &wb, 20000) && wb.status == IBV_WC_SUCCESS && wb.byte_len == 512);
+	CHECK(wb.qp_num == x->b->qp_num);
+	CHECK(mismatches(C.buf, XB + (wb.wr_id & 0xff) * 4096, 512, seed) == 0);
+	return wb.wr_id;
+}
+
+static void sc_srq(void)
+{
+	struct ibv_device_attr da;
+	struct ibv_srq_init_attr_ex ax;
+	struct ibv_srq_attr sa;
+	struct ibv_async_event ev;
+	struct ibv_srq *srq, *srq2;
+	struct xpair x1, x2;
+	uint64_t got[6];
+	int i, rc, rc2, before[3];
+
+	CHECK(ibv_query_device(C.e.ctx, &da) == 0);
+	out("{\"op\":\"srq_caps\",\"max_srq\":%d,\"max_srq_wr\":%d,\"max_srq_sge\":%d}", da.max_srq,
+	    da.max_srq_wr, da.max_srq_sge);
+	srq = srq_new(40000, 1);
+	rc = errno;
+	srq2 = srq_new(8, 31);
+	out("{\"op\":\"srq_refused\",\"max_wr\":%d,\"max_sge\":%d}", srq ? 0 : rc, srq2 ? 0 : errno);
+	/* ibv_create_srq_ex: a basic SRQ is made, XRC is not modelled */
+	memset(&ax, 0, sizeof(ax));
+	ax.attr.max_wr = 4;
+	ax.attr.max_sge = 1;
+	ax.comp_mask = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
+	ax.pd = C.e.pd;
+	ax.srq_type = IBV_SRQT_BASIC;
+	srq2 = ibv_create_srq_ex(C.e.ctx, &ax);
+	CHECK(srq2 != NULL && ibv_query_srq(srq2, &sa) == 0 && sa.max_wr == 4);
+	CHECK(ibv_destroy_srq(srq2) == 0);
+	ax.srq_type = IBV_SRQT_XRC;
+	ax.comp_mask |= IBV_SRQ_INIT_ATTR_CQ;
+	ax.cq = C.e.cq;
+	errno = 0;
+	srq2 = ibv_create_srq_ex(C.e.ctx, &ax);
+	out("{\"op\":\"srq_ex_xrc\",\"null\":%d,\"errno\":%d}", srq2 == NULL, errno);
+
+	srq = srq_new(8, 2);
+	CHECK(srq != NULL);
+	xpair_make(&x1, 0, RW, srq);
+	xpair_make(&x2, 0, RW, srq);
+	memset(C.buf + XB, SENT_C, 0x80 * 4096);
+	for (i = 0; i < 4; i++)
+		CHECK(srq_post(srq, 0x50 + (uint64_t)i, XB + (uint64_t)(0x50 + i) * 4096, 4096) == 0);
+	/* both QPs take from it, in order */
+	got[0] = srq_take1(&x1, 1, 71);
+	got[1] = srq_take1(&x2, 2, 72);
+	got[2] = srq_take1(&x2, 3, 73);
+	got[3] = srq_take1(&x1, 4, 74);
+	{
+		struct ibv_sge sge = { (uintptr_t)C.buf, 8, C.mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
+		struct ibv_sge three[3] = { sge, sge, sge };
+		struct ibv_recv_wr wr3 = { .wr_id = 1, .sg_list = three, .num_sge = 3 };
+
+		rc = ibv_post_recv(x1.b, &wr, &bad); /* the QP's own RQ is not there */
+		rc2 = ibv_post_srq_recv(srq, &wr3, &bad);
+	}
+	out("{\"op\":\"srq_shared\",\"wr_ids\":[%llu,%llu,%llu,%llu],\"qp_post_recv\":%d,\"too_many_sge\":%d}",
+	    (unsigned long long)got[0], (unsigned long long)got[1], (unsigned long long)got[2],
+	    (unsigned long long)got[3], rc, rc2);
+	/* full at max_wr */
+	for (i = 0; i < 8; i++)
+		CHECK(srq_post(srq, 0x60 + (uint64_t)i, XB + (uint64_t)(0x60 + i) * 4096, 4096) == 0);
+	rc = srq_post(srq, 0x70, XB, 4096);
+	/* resize keeps what is queued; not below it */
+	sa.max_wr = 4;
+	rc2 = ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR);
+	sa.max_wr = 16;
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) == 0);
+	CHECK(ibv_query_srq(srq, &sa) == 0);
+	out("{\"op\":\"srq_sizes\",\"full\":%d,\"shrink_below_queued\":%d,\"max_wr\":%u}", rc, rc2, sa.max_wr);
+	/* the limit: 8 queued, armed at 6; fires when fewer than 6 remain */
+	sa.srq_limit = 17;
+	rc = ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT);
+	sa.srq_limit = 6;
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0);
+	CHECK(ibv_query_srq(srq, &sa) == 0);
+	rc2 = (int)sa.srq_limit;
+	for (i = 0; i < 3; i++) {
+		uint64_t id = srq_take1(i % 2 ? &x2 : &x1, 10 + (uint64_t)i, 80 + (uint32_t)i);
+
+		CHECK(id == 0x60 + (uint64_t)i);
+		before[i] = readable(C.e.ctx->async_fd, i == 2 ? 5000 : 200);
+	}
+	CHECK(ibv_get_async_event(C.e.ctx, &ev) == 0);
+	out("{\"op\":\"srq_limit\",\"too_high\":%d,\"armed\":%d,\"readable\":[%d,%d,%d],\"event\":%d,"
+	    "\"is_srq\":%d}",
+	    rc, rc2, before[0], before[1], before[2], ev.event_type, ev.element.srq == srq);
+	ibv_ack_async_event(&ev);
+	CHECK(ibv_query_srq(srq, &sa) == 0);
+	rc = (int)sa.srq_limit;
+	/* a SEND waits (RNR) until the SRQ has a receive again: drain it first */
+	for (i = 3; i < 8; i++)
+		CHECK(srq_take1(&x1, 20 + (uint64_t)i, 90 + (uint32_t)i) == 0x60 + (uint64_t)i);
+	{
+		struct ibv_wc wa, wb;
+
+		fill(C.buf, 0, 512, 99);
+		send1(x2.a, 30, 0, 512);
+		usleep(200 * 1000);
+		rc2 = xquiet(x2.cqb, 1);
+		CHECK(srq_post(srq, 0x5f, XB + 0x5f * 4096, 4096) == 0);
+		CHECK(xpoll1(x2.cqa, &wa, 20000) && wa.status == IBV_WC_SUCCESS);
+		CHECK(xpoll1(x2.cqb, &wb, 20000) && wb.wr_id == 0x5f);
+		CHECK(mismatches(C.buf, XB + 0x5f * 4096, 512, 99) == 0);
+	}
+	out("{\"op\":\"srq_after_event\",\"limit\":%d,\"waited\":%d}", rc, rc2);
+	/* destroy: EBUSY while a QP uses it */
+	rc = ibv_destroy_srq(srq);
+	xpair_free(&x1);
+	rc2 = ibv_destroy_srq(srq);
+	xpair_free(&x2);
+	{
+		long held = orbite_provider_held("srq");
+		int freed = ibv_destroy_srq(srq);
+
+		out("{\"op\":\"srq_destroy\",\"in_use\":%d,\"still_in_use\":%d,\"held\":%ld,\"free\":%d,"
+		    "\"held_after\":%ld}",
+		    rc, rc2, held, freed, orbite_provider_held("srq"));
+	}
+}
+
 static void sc_bench(char **argv)
 {
 	int read = !strcmp(argv[0], "READ");
@@ -2018,6 +2191,8 @@ int main(int argc, char **argv)
 		sc_inflight(1);
 	else if (!strcmp(sc, "mw"))
 		sc_mw();
+	else if (!strcmp(sc, "srq"))
+		sc_srq();
 	else if (!strcmp(sc, "atomics"))
 		sc_atomics();
 	else if (!strcmp(sc, "ext_post"))

@@ -626,6 +626,19 @@ def test_extended_batches_are_taken_whole_or_refused_whole(build, tmp_path):
     assert (r.summary["accepted_wrs"], r.summary["joined"]) == (8, 8)
 
 
+def test_an_aborted_batch_is_never_logged_and_inline_bytes_are_named(build, tmp_path):
+    # wr_abort drops its batch (900, 901 never posted); an inline WRITE's bytes were copied at the call and no
+    # MR names them: logged with its bytes, its range named, not hashed.  Red check: without the batch resets
+    # of obs_wr_start and obs_wr_abort (`r->n = 0;`, both), 900 and 901 are logged as accepted.
+    r = run(build, "accounting", "obs_driver_direct", "abort", tmp_path, api="ext")
+    assert [(w["wr_id"], w["opcode"], w["bytes"]) for w in r.events("wr")] == [
+        (902, "RDMA_WRITE", 64), (903, "RDMA_READ", 1000)]
+    data = {d["wr_id"]: d for d in r.events("data")}
+    assert (data[902]["sha256"], data[902]["flags"], data[902]["len"]) == (None, 4, 64)
+    assert data[903]["sha256"] is not None and data[903]["flags"] & NOT_HASHED == 0
+    assert (r.summary["accepted_wrs"], r.summary["joined"]) == (2, 2)
+
+
 def test_extended_threads_post_and_poll_concurrently(build, tmp_path):
     # Three posting threads (wr_* batches, resubmitted whole when the queue is full) and one extended poller.
     r = run(build, "accounting", "obs_driver_direct", "threads", tmp_path, api="ext")
@@ -633,6 +646,88 @@ def test_extended_threads_post_and_poll_concurrently(build, tmp_path):
     assert threads["posted"] == threads["polled"] == 12000
     assert len(r.events("wr")) == 12000 and _independent_join(r) == 12000
     assert all(1 <= v <= 64 for v in r.summary["max_inflight_per_qp"].values())
+
+
+_PYVERBS = r"""
+import json, time
+import pyverbs.device as d
+import pyverbs.enums as e
+from pyverbs.pd import PD
+from pyverbs.mr import MR
+from pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
+from pyverbs.qp import QPEx, QPCap, QPInitAttrEx, QPAttr, QP, QPInitAttr
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.wr import SGE
+ctx = d.Context(name="mlx5_0")
+pd = PD(ctx)
+A = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE
+mr = MR(pd, 1 << 16, A)
+cqa = CQEX(ctx, CqInitAttrEx(cqe=64, wc_flags=0))
+cqb = CQEX(ctx, CqInitAttrEx(cqe=64, wc_flags=0))
+cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+qa = QPEx(ctx, QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=cqa, rcq=cqa, pd=pd, cap=cap,
+                             comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                             send_ops_flags=e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_RDMA_READ))
+qb = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cqb, rcq=cqb, cap=cap))
+gid = ctx.query_gid(1, 3)
+def connect(qp, dqpn):
+    attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+    attr.qp_access_flags = A
+    qp.to_init(attr)
+    attr = QPAttr(qp_state=e.IBV_QPS_RTR, path_mtu=e.IBV_MTU_1024)
+    attr.dest_qp_num = dqpn; attr.max_dest_rd_atomic = 4; attr.min_rnr_timer = 12
+    attr.ah_attr = AHAttr(gr=GlobalRoute(dgid=gid, sgid_index=3), is_global=1, port_num=1)
+    qp.to_rtr(attr)
+    attr = QPAttr(qp_state=e.IBV_QPS_RTS)
+    attr.timeout = 14; attr.retry_cnt = 7; attr.rnr_retry = 7; attr.max_rd_atomic = 4
+    qp.to_rts(attr)
+connect(qa, qb.qp_num); connect(qb, qa.qp_num)
+mr.write(b"pyverbs-observed", 16, 0)
+qa.wr_start()
+qa.wr_id = 1; qa.wr_flags = e.IBV_SEND_SIGNALED
+qa.wr_rdma_write(mr.rkey, mr.buf + 4096); qa.wr_set_sge(SGE(mr.buf, 16, mr.lkey))
+qa.wr_id = 2
+qa.wr_rdma_read(mr.rkey, mr.buf + 4096); qa.wr_set_sge(SGE(mr.buf + 8192, 16, mr.lkey))
+qa.wr_complete()
+seen = []
+for _ in range(20000):
+    if len(seen) == 2:
+        break
+    if cqa.start_poll(PollCqAttr()) == 2:  # ENOENT
+        time.sleep(0.001); continue
+    seen.append((cqa.wr_id, cqa.status))
+    cqa.end_poll()
+print(json.dumps({"seen": seen, "qpn": qa.qp_num}))
+for o in (qa, qb, cqa, cqb, mr, pd, ctx):
+    o.close()
+"""
+
+
+def test_pyverbs_extended_verbs_are_observed(build, tmp_path):
+    # The system's pyverbs: Cython modules linked to libibverbs that Python dlopens RTLD_LOCAL (libibverbs never
+    # global), posting with QPEx's wr_* and polling a CQEX asked for no QP numbers.  Both WRs are logged,
+    # joined and hashed.  Red check: without obs_real's RTLD_NOLOAD fallback the Context open fails (ENOSYS).
+    system_python = "/usr/bin/python3"
+    if build.asan_lib or subprocess.run([system_python, "-c", "import pyverbs.qp"], capture_output=True,
+                                        check=False).returncode:
+        pytest.skip("needs the system python3 with pyverbs (python3-pyverbs), without the sanitizer build")
+    log = tmp_path / "accounting.jsonl"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(build.out / "provider"), ORBITE_PROVIDER_ROOT=str(build.host),
+               ORBITE_OBSERVER_LOG=str(log), LD_PRELOAD=str(build.lib("accounting")))
+    done = subprocess.run([system_python, "-c", _PYVERBS], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["seen"] == [[1, 0], [2, 0]]
+    events = observer_log.read(log)
+    for obj in events:
+        _validate_log_line(obj)
+    assert [(w["qpn"], w["wr_id"], w["opcode"], w["bytes"]) for w in events if w.get("ev") == "wr"] == [
+        (got["qpn"], 1, "RDMA_WRITE", 16), (got["qpn"], 2, "RDMA_READ", 16)]
+    assert [(c["qpn"], c["wr_id"]) for c in events if c.get("ev") == "cqe"] == [(got["qpn"], 1), (got["qpn"], 2)]
+    data = [d["sha256"] for d in events if d.get("ev") == "data"]
+    assert data == [hashlib.sha256(b"pyverbs-observed").hexdigest()] * 2
+    assert (events[-1]["accepted_wrs"], events[-1]["joined"]) == (2, 2)
 
 
 @pytest.fixture(scope="module")

@@ -372,6 +372,104 @@ def test_real_pyverbs_runs_on_the_provider(plain, hosts):
     assert got["lkey"] != 0 and got["qpn"] >> 8 > 0 and got["qp_state"] == 0  # RESET
 
 
+_PYVERBS_EXTENDED = r"""
+import json, time
+import pyverbs.device as d
+import pyverbs.enums as e
+from pyverbs.pd import PD
+from pyverbs.mr import MR
+from pyverbs.cq import CQEX, CqInitAttrEx
+from pyverbs.qp import QPEx, QPCap, QPInitAttrEx, QPAttr, QP, QPInitAttr
+from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.wr import SGE, RecvWR
+ctx = d.Context(name="mlx5_0")
+dx = ctx.query_device_ex()
+pd = PD(ctx)
+A = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC
+mr = MR(pd, 1 << 16, A)
+flags = e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_QP_NUM | e.IBV_WC_EX_WITH_SRC_QP | e.IBV_WC_EX_WITH_IMM
+cqa = CQEX(ctx, CqInitAttrEx(cqe=64, wc_flags=flags))
+cqb = CQEX(ctx, CqInitAttrEx(cqe=64, wc_flags=flags))
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=8, max_sge=1)))
+ops = (e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_RDMA_READ |
+       e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+qa = QPEx(ctx, QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=cqa, rcq=cqa, pd=pd, cap=cap,
+                             comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                             send_ops_flags=ops))
+qb = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cqb, rcq=cqb, srq=srq, cap=cap))
+gid = ctx.query_gid(1, 3)
+def connect(qp, dqpn):
+    gr = GlobalRoute(dgid=gid, sgid_index=3)
+    ah = AHAttr(gr=gr, is_global=1, port_num=1)
+    attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+    attr.qp_access_flags = A
+    qp.to_init(attr)
+    attr = QPAttr(qp_state=e.IBV_QPS_RTR, path_mtu=e.IBV_MTU_1024)
+    attr.dest_qp_num = dqpn; attr.ah_attr = ah; attr.max_dest_rd_atomic = 4; attr.min_rnr_timer = 12
+    qp.to_rtr(attr)
+    attr = QPAttr(qp_state=e.IBV_QPS_RTS)
+    attr.timeout = 14; attr.retry_cnt = 7; attr.rnr_retry = 7; attr.max_rd_atomic = 4
+    qp.to_rts(attr)
+connect(qa, qb.qp_num); connect(qb, qa.qp_num)
+mr.write(b"hello-extended!!", 16, 0)
+def poll(cq):
+    from pyverbs.cq import PollCqAttr
+    for _ in range(20000):
+        if cq.start_poll(PollCqAttr()) == 2:  # ENOENT: nothing to read, no end_poll
+            time.sleep(0.001); continue
+        r = dict(wr_id=cq.wr_id, status=cq.status, opcode=cq.read_opcode(), byte_len=cq.read_byte_len(),
+                 qp_num=cq.read_qp_num())
+        cq.end_poll()
+        return r
+    raise SystemExit("no completion")
+qa.wr_start(); qa.wr_id = 1; qa.wr_flags = e.IBV_SEND_SIGNALED
+qa.wr_rdma_write(mr.rkey, mr.buf + 4096); qa.wr_set_sge(SGE(mr.buf, 16, mr.lkey)); qa.wr_complete()
+w1 = poll(cqa)
+srq.post_recv(RecvWR(wr_id=77, num_sge=1, sg=[SGE(mr.buf + 8192, 64, mr.lkey)]))
+qa.wr_start(); qa.wr_id = 2; qa.wr_send(); qa.wr_set_sge(SGE(mr.buf, 16, mr.lkey)); qa.wr_complete()
+w2 = poll(cqa); wb = poll(cqb)
+mr.write((41).to_bytes(8, "little"), 8, 12288)
+qa.wr_start(); qa.wr_id = 3; qa.wr_atomic_fetch_add(mr.rkey, mr.buf + 12288, 1)
+qa.wr_set_sge(SGE(mr.buf + 16384, 8, mr.lkey)); qa.wr_complete()
+w3 = poll(cqa)
+print(json.dumps(dict(ports_ex=dx.phys_port_cnt_ex, atomic=dx.orig_attr.atomic_caps, w1=w1, w2=w2, wb=wb, w3=w3,
+      written=mr.read(16, 4096).decode(), sent=mr.read(16, 8192).decode(),
+      orig=int.from_bytes(mr.read(8, 16384), "little"), now=int.from_bytes(mr.read(8, 12288), "little"),
+      srq=srq.query().srq_limit)))
+for o in (qa, qb, srq, cqa, cqb, mr, pd, ctx):
+    o.close()
+"""
+
+
+def test_real_pyverbs_extended_verbs_on_the_provider(plain, hosts):
+    """pyverbs' QPEx (wr_*), CQEX (start_poll and read_*) and SRQ on a loopback RC pair in one process."""
+    system_python = "/usr/bin/python3"
+    if (
+        not os.path.exists(system_python)
+        or subprocess.run([system_python, "-c", "import pyverbs.qp"], capture_output=True, check=False).returncode
+    ):
+        pytest.skip("the system python3 has no pyverbs (Debian python3-pyverbs)")
+    done = subprocess.run(
+        [system_python, "-c", _PYVERBS_EXTENDED],
+        env=_env(plain, hosts[0]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert (got["ports_ex"], got["atomic"]) == (1, 1)  # IBV_ATOMIC_HCA
+    assert [got[w]["wr_id"] for w in ("w1", "w2", "w3")] == [1, 2, 3]
+    assert [got[w]["opcode"] for w in ("w1", "w2", "w3")] == [1, 0, 4]  # RDMA_WRITE, SEND, FETCH_ADD
+    assert got["wb"] == {"wr_id": 77, "status": 0, "opcode": 128, "byte_len": 16, "qp_num": got["wb"]["qp_num"]}
+    assert got["wb"]["qp_num"] != got["w1"]["qp_num"]  # the SRQ's receive completed on the responder QP
+    assert got["written"] == got["sent"] == "hello-extended!!"
+    assert (got["orig"], got["now"], got["srq"]) == (41, 42, 0)
+
+
 # ------------------------------------------------------------ data movement --
 
 
@@ -534,6 +632,43 @@ def test_rc_atomics(build, hosts, tmp_path):
     }
     concurrent = pair.one("atomic_concurrent")
     assert concurrent["counter"] == concurrent["expect"] == 800 and concurrent["distinct"] == 1
+
+
+EVENT_SRQ_LIMIT_REACHED = 15
+
+
+def test_shared_receive_queue(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "srq")
+    assert pair.one("srq_caps") == {"op": "srq_caps", "max_srq": 1 << 16, "max_srq_wr": 32767, "max_srq_sge": 30}
+    assert pair.one("srq_refused") == {"op": "srq_refused", "max_wr": EINVAL, "max_sge": EINVAL}
+    assert pair.one("srq_ex_xrc") == {"op": "srq_ex_xrc", "null": 1, "errno": EOPNOTSUPP}  # not modelled
+    # two QPs take the SRQ's receives in order (bytes checked where each receive pointed)
+    assert pair.one("srq_shared") == {
+        "op": "srq_shared",
+        "wr_ids": [0x50, 0x51, 0x52, 0x53],
+        "qp_post_recv": EINVAL,
+        "too_many_sge": EINVAL,
+    }
+    assert pair.one("srq_sizes") == {"op": "srq_sizes", "full": ENOMEM, "shrink_below_queued": EINVAL, "max_wr": 16}
+    # armed at 6 with 8 queued: the event comes when the third receive leaves 5, not before
+    assert pair.one("srq_limit") == {
+        "op": "srq_limit",
+        "too_high": EINVAL,
+        "armed": 6,
+        "readable": [0, 0, 1],
+        "event": EVENT_SRQ_LIMIT_REACHED,
+        "is_srq": 1,
+    }
+    # fired once, disarmed; an empty SRQ holds a SEND back until a receive is posted
+    assert pair.one("srq_after_event") == {"op": "srq_after_event", "limit": 0, "waited": 1}
+    assert pair.one("srq_destroy") == {
+        "op": "srq_destroy",
+        "in_use": EBUSY,
+        "still_in_use": EBUSY,
+        "held": 1,
+        "free": 0,
+        "held_after": 0,
+    }
 
 
 # ------------------------------------------------------------ destroy, EBUSY --
