@@ -1594,6 +1594,37 @@ static int xquiet(struct ibv_cq_ex *cq, int ms)
 	return !xpoll1(cq, &wc, ms);
 }
 
+/* wr_bind_mw and wr_local_inv: a type-2 window bound and invalidated through
+ * the wr_* family (the key domain witnesses both). */
+static void sc_ext_mw(struct xpair *x)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(C.e.pd, IBV_MW_TYPE_2);
+	struct ibv_mw_bind_info info = { C.mr, (uintptr_t)C.buf, 4096, IBV_ACCESS_REMOTE_READ };
+	uint32_t key;
+	struct ibv_wc wc[2];
+	long bound, after;
+
+	CHECK(mw != NULL);
+	key = ibv_inc_rkey(mw->rkey);
+	ibv_wr_start(x->ax);
+	x->ax->wr_id = 0x80;
+	x->ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_bind_mw(x->ax, mw, key, &info);
+	CHECK(ibv_wr_complete(x->ax) == 0);
+	CHECK(xpoll1(x->cqa, &wc[0], 20000));
+	bound = orbite_provider_key_query(C.e.ctx, key, "length");
+	ibv_wr_start(x->ax);
+	x->ax->wr_id = 0x81;
+	ibv_wr_local_inv(x->ax, key);
+	CHECK(ibv_wr_complete(x->ax) == 0);
+	CHECK(xpoll1(x->cqa, &wc[1], 20000));
+	after = orbite_provider_key_query(C.e.ctx, key, "windows");
+	out("{\"op\":\"ext_mw\",\"bind\":[%llu,%d,%d],\"inv\":[%llu,%d,%d],\"length\":%ld,\"bound_after\":%ld}",
+	    (unsigned long long)wc[0].wr_id, wc[0].status, wc[0].opcode, (unsigned long long)wc[1].wr_id,
+	    wc[1].status, wc[1].opcode, bound, after);
+	CHECK(ibv_dealloc_mw(mw) == 0);
+}
+
 static void sc_ext_post(void)
 {
 	const uint32_t PD_SEND = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -1756,6 +1787,9 @@ static void sc_ext_post(void)
 	CHECK(xpoll1(x.cqa, &wa[0], 20000));
 	out("{\"op\":\"ext_bad_rkey\",\"rc\":%d,\"wr_id\":%llu,\"status\":%d}", rc,
 	    (unsigned long long)wa[0].wr_id, wa[0].status);
+	xpair_free(&x);
+	xpair_new(&x, IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV, RW);
+	sc_ext_mw(&x);
 	xpair_free(&x);
 }
 

@@ -552,6 +552,7 @@ def test_memory_windows_type_1_and_2(build, hosts, tmp_path):
 # ----------------------------------------------------------- extended verbs --
 # ibv_wc_opcode values
 WC_SEND, WC_RDMA_WRITE, WC_RDMA_READ, WC_RECV, WC_RECV_RDMA_WITH_IMM = 0, 1, 2, 128, 129
+WC_BIND_MW, WC_LOCAL_INV = 5, 6
 EOPNOTSUPP, EINVAL, ENOENT = 95, 22, 2
 
 
@@ -606,6 +607,14 @@ def test_extended_post_goes_through_the_same_checks_and_queue(build, hosts, tmp_
     assert pair.one("ext_bad_inline") == {"op": "ext_bad_inline", "rc": EINVAL, "quiet": 1}
     # the keys are checked as for post_send
     assert pair.one("ext_bad_rkey") == {"op": "ext_bad_rkey", "rc": 0, "wr_id": 0xF6, "status": REM_ACCESS_ERR}
+    # a type-2 window bound and invalidated through wr_bind_mw / wr_local_inv
+    assert pair.one("ext_mw") == {
+        "op": "ext_mw",
+        "bind": [0x80, SUCCESS, WC_BIND_MW],
+        "inv": [0x81, SUCCESS, WC_LOCAL_INV],
+        "length": 4096,
+        "bound_after": 0,
+    }
 
 
 WC_COMP_SWAP, WC_FETCH_ADD, ATOMIC_HCA = 3, 4, 1
