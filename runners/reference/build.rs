@@ -1,6 +1,9 @@
 //! Compiles the verbs shim (shim/verbs_shim.c) with the system C compiler against rdma-core's
 //! <infiniband/verbs.h>: ibv_post_send, ibv_poll_cq and ibv_req_notify_cq are inline calls through
-//! context->ops there. The verbs library itself is dlopen'ed at run time, never linked.
+//! context->ops there, and the extended verbs (ibv_create_cq_ex, ibv_create_qp_ex, ibv_wr_*,
+//! ibv_start_poll) inline calls through the verbs_context and the ibv_qp_ex / ibv_cq_ex function
+//! pointers. Both dialects are always compiled (cargo feature verbs-ex picks one in src/verbs.rs). The
+//! verbs library itself is dlopen'ed at run time, never linked.
 use std::env;
 use std::path::PathBuf;
 use std::process::Command;

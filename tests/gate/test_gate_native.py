@@ -2,11 +2,14 @@
 (runners/reference) built by build_installed (package, offline and locked, fmt, clippy, release build,
 the real observers) into a manifest, checked by installation_check, and run by the rail-accounting
 gate as orbite_runner_kind=native on the lab's loopback verbs provider with the real observers
-preloaded: the same verifier and rules as the simulated runner, to PASS. And one red check end to
-end: a test build (cargo feature test-defects) with a defect switch fails exactly its rule.
+preloaded: the same verifier and rules as the simulated runner, to PASS, in both dialects of the data
+path (the shipped build's ibv_post_send / ibv_poll_cq, and with cargo feature verbs-ex ibv_wr_* /
+ibv_start_poll, which the observers must see as well). And one red check end to end: a test build
+(cargo feature test-defects) with a defect switch fails exactly its rule.
 
 One case per gate run (read/polling, the playbook's first variant) keeps the wall time down; the
-unit pair (tests/unit/runners/test_reference_runner.py) covers write/events and discovery.
+unit pair (tests/unit/runners/test_reference_runner.py) covers write/events and discovery, and the
+observers that miss the extended calls.
 """
 
 import json
@@ -59,7 +62,15 @@ def shipped(repo_root, ansible_env, engine_repo, tmp_path_factory):
     return _build(repo_root, ansible_env, engine_repo, tmp_path_factory.mktemp("shipped"), ["rdma"])
 
 
-def test_native_rail_accounting_passes(repo_root, ansible_env, lab, shipped, tmp_path):
+@pytest.fixture(scope="module")
+def extended(repo_root, ansible_env, engine_repo, tmp_path_factory):
+    """The build that posts and polls with the extended verbs: chosen by build_installed's features alone."""
+    return _build(repo_root, ansible_env, engine_repo, tmp_path_factory.mktemp("extended"), ["rdma", "verbs-ex"])
+
+
+@pytest.mark.parametrize("build, dialect", [("shipped", "classic"), ("extended", "extended")])
+def test_native_rail_accounting_passes(request, repo_root, ansible_env, lab, tmp_path, build, dialect):
+    shipped = request.getfixturevalue(build)
     result = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml", shipped)
     assert result.returncode == 0, result.stdout[-4000:]
     verdict, run_dir = gate.verdict(tmp_path)
@@ -73,6 +84,8 @@ def test_native_rail_accounting_passes(repo_root, ansible_env, lab, shipped, tmp
     assert plan["artifacts"]["observers"]["accounting"]["sha256"] == manifest["observers"]["accounting"]["sha256"]
     ledger = json.loads((run_dir / "cases" / "read-polling" / "requester" / "g1" / "ledger.json").read_text())
     assert (ledger["runner"]["kind"], ledger["status"], ledger["exit_code"]) == ("native", "complete", 0)
+    assert ledger["verbs_library"]["dialect"] == dialect
+    assert manifest["features"] == (["rdma"] if dialect == "classic" else ["rdma", "verbs-ex"])
     assert (run_dir / "cases" / "read-polling" / "requester" / "g1" / "observer-accounting.bin").stat().st_size
     assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
 

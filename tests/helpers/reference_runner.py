@@ -2,7 +2,8 @@
 
 ``cargo build --release --offline --locked`` into tests/output/reference-runner/<variant>/ (cargo only
 rebuilds what changed). The shipped build has no features; ``defects=True`` builds the test build
-(cargo feature ``test-defects``), the only one that honours a case file's ``defects``.
+(cargo feature ``test-defects``), the only one that honours a case file's ``defects``;
+``extended=True`` the build that posts and polls with the extended verbs (cargo feature ``verbs-ex``).
 """
 
 import shutil
@@ -21,15 +22,16 @@ def cargo_available():
     return shutil.which("cargo") is not None and shutil.which("cc") is not None
 
 
-def reference_runner(defects=False):
+def reference_runner(defects=False, extended=False):
     """The plan's runner entry {kind: native, path, sha256} of a release build of the crate."""
-    variant = "test-defects" if defects else "shipped"
+    features = (["test-defects"] if defects else []) + (["verbs-ex"] if extended else [])
+    variant = "+".join(features) or "shipped"
     if variant not in _BUILT:
         target = REPO / "tests" / "output" / "reference-runner" / variant
         argv = ["cargo", "build", "--release", "--offline", "--locked", "--manifest-path", str(CRATE / "Cargo.toml"),
                 "--target-dir", str(target)]
-        if defects:
-            argv += ["--features", "test-defects"]
+        if features:
+            argv += ["--features", ",".join(features)]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode:
             raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-4000:]}")

@@ -3,7 +3,13 @@
  * sealed copy whose sha256 the runner checked), the exported verbs are looked up with dlsym (which
  * the preloaded observers interpose), and the data-path verbs that <infiniband/verbs.h> inlines
  * (post_send, poll_cq, req_notify_cq) are called through context->ops, as every engine does, so an
- * observer that wrapped the ops sees each call. Every call returns 0 or an errno value. */
+ * observer that wrapped the ops sees each call. Every call returns 0 or an errno value.
+ *
+ * The extended dialect (cargo feature verbs-ex picks it; both are always compiled) creates its CQs
+ * with ibv_create_cq_ex and its QPs with ibv_create_qp_ex (send_ops_flags READ and WRITE), posts
+ * with ibv_wr_start / ibv_wr_rdma_read|write / ibv_wr_set_sge / ibv_wr_complete and polls with
+ * ibv_start_poll / ibv_next_poll / ibv_end_poll and the read_* accessors: inlines through the
+ * verbs_context and the ibv_qp_ex / ibv_cq_ex function pointers, as an engine on them calls them. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,6 +43,7 @@ static struct {
 	long long (*provider_counter)(const char *);
 	long long (*provider_ctx_counter)(struct ibv_context *, const char *);
 	long (*provider_qp_outstanding)(struct ibv_qp *);
+	struct ibv_qp_ex *(*qp_to_qp_ex)(struct ibv_qp *);
 } V;
 
 static int err(void) { return errno ? errno : EIO; }
@@ -83,6 +90,8 @@ int orb_load(const char *target, char *msg, size_t msg_len)
 	 * device figures and of its drain (absent on rdma-core: the ledger then says so). */
 	*(void **)&V.provider_ctx_counter = dlsym(h, "orbite_provider_ctx_counter");
 	*(void **)&V.provider_qp_outstanding = dlsym(h, "orbite_provider_qp_outstanding");
+	/* Exported since IBVERBS_1.6; only the extended dialect needs it (orb_create_qp_ex says so). */
+	*(void **)&V.qp_to_qp_ex = dlsym(h, "ibv_qp_to_qp_ex");
 	return 0;
 }
 
@@ -179,6 +188,24 @@ int orb_create_cq(void *ctx, int depth, void *ch, void **cq)
 
 int orb_destroy_cq(void *cq) { return V.destroy_cq(cq); }
 
+/* An extended CQ whose completions carry byte_len and qp_num besides wr_id and status. Its
+ * ibv_cq (ibv_cq_ex_to_cq, the same address) is what QPs, events and destroy take. */
+int orb_create_cq_ex(void *ctx, int depth, void *ch, void **cq)
+{
+	struct ibv_cq_init_attr_ex attr;
+	struct ibv_cq_ex *cqx;
+	memset(&attr, 0, sizeof(attr));
+	attr.cqe = (uint32_t)depth;
+	attr.channel = ch;
+	attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+	errno = 0;
+	cqx = ibv_create_cq_ex(ctx, &attr);
+	if (!cqx)
+		return err();
+	*cq = ibv_cq_ex_to_cq(cqx);
+	return 0;
+}
+
 int orb_create_qp(void *pd, void *cq, uint32_t max_send_wr, void **qp, uint32_t *qpn)
 {
 	struct ibv_qp_init_attr attr;
@@ -247,6 +274,44 @@ int orb_connect_qp(void *qp, int port, int gid_index, uint32_t peer_qpn, const u
 
 int orb_destroy_qp(void *qp) { return V.destroy_qp(qp); }
 
+/* An RC QP through the verbs_context's create_qp_ex, able to post RDMA READ and WRITE with the
+ * ibv_wr_* calls; *qpx is the ibv_qp_ex they take. EOPNOTSUPP when the library has no
+ * ibv_qp_to_qp_ex or the QP no ibv_qp_ex (the QP is destroyed again then). */
+int orb_create_qp_ex(void *pd, void *cq, uint32_t max_send_wr, void **qp, void **qpx, uint32_t *qpn)
+{
+	struct ibv_qp_init_attr_ex attr;
+	struct ibv_qp *q;
+	struct ibv_qp_ex *x;
+	if (!V.qp_to_qp_ex)
+		return EOPNOTSUPP;
+	memset(&attr, 0, sizeof(attr));
+	attr.send_cq = cq;
+	attr.recv_cq = cq;
+	attr.qp_type = IBV_QPT_RC;
+	attr.sq_sig_all = 0;
+	attr.cap.max_send_wr = max_send_wr;
+	attr.cap.max_recv_wr = 1;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	/* Not IBV_QP_INIT_ATTR_PD alone: that would make the inline fall back to ibv_create_qp. */
+	attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	attr.pd = pd;
+	attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_RDMA_WRITE;
+	errno = 0;
+	q = ibv_create_qp_ex(((struct ibv_pd *)pd)->context, &attr);
+	if (!q)
+		return err();
+	x = V.qp_to_qp_ex(q);
+	if (!x) {
+		V.destroy_qp(q);
+		return EOPNOTSUPP;
+	}
+	*qp = q;
+	*qpx = x;
+	*qpn = q->qp_num;
+	return 0;
+}
+
 /* One signaled RDMA READ (read != 0) or WRITE of one SGE. */
 int orb_post(void *qp, uint64_t wr_id, int read, uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr,
 	     uint32_t rkey)
@@ -279,6 +344,49 @@ int orb_poll(void *cq, int n, uint64_t *wr_id, int *status, uint32_t *byte_len, 
 		qpn[i] = wc[i].qp_num;
 	}
 	return got;
+}
+
+/* The same WR as orb_post, as one ibv_wr_start .. ibv_wr_complete batch on the ibv_qp_ex. */
+int orb_post_ex(void *qpx, uint64_t wr_id, int read, uint64_t laddr, uint32_t len, uint32_t lkey, uint64_t raddr,
+		uint32_t rkey)
+{
+	struct ibv_qp_ex *x = qpx;
+	ibv_wr_start(x);
+	x->wr_id = wr_id;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	if (read)
+		ibv_wr_rdma_read(x, rkey, raddr);
+	else
+		ibv_wr_rdma_write(x, rkey, raddr);
+	ibv_wr_set_sge(x, lkey, laddr, len);
+	return ibv_wr_complete(x);
+}
+
+/* Up to n completions of an extended CQ, as orb_poll: one ibv_start_poll .. ibv_end_poll pass.
+ * byte_len is read for successful completions only (an error completion's is undefined). */
+int orb_poll_ex(void *cq, int n, uint64_t *wr_id, int *status, uint32_t *byte_len, uint32_t *qpn)
+{
+	struct ibv_cq_ex *cqx = (struct ibv_cq_ex *)cq;
+	struct ibv_poll_cq_attr attr = {.comp_mask = 0};
+	int got = 0, ret;
+	if (n > 64)
+		n = 64;
+	ret = ibv_start_poll(cqx, &attr);
+	if (ret == ENOENT)
+		return 0;
+	if (ret)
+		return -ret;
+	while (!ret) {
+		wr_id[got] = cqx->wr_id;
+		status[got] = cqx->status;
+		byte_len[got] = cqx->status == IBV_WC_SUCCESS ? ibv_wc_read_byte_len(cqx) : 0;
+		qpn[got] = ibv_wc_read_qp_num(cqx);
+		if (++got == n)
+			break;
+		ret = ibv_next_poll(cqx);
+	}
+	ibv_end_poll(cqx);
+	return ret && ret != ENOENT ? -ret : got;
 }
 
 int orb_req_notify(void *cq) { return ibv_req_notify_cq(cq, 0); }

@@ -230,6 +230,8 @@ struct Context {
 
 struct Qp {
     ptr: *mut c_void,
+    /// what its WRs are posted on (verbs::QpHandles::sq)
+    sq: *mut c_void,
     qpn: u32,
     rail: usize,
     lane: usize,
@@ -341,6 +343,8 @@ impl Engine {
             Json::obj()
                 .with("path", library.0)
                 .with("sha256", library.1)
+                // The data-path verbs this build calls (cargo feature verbs-ex: the extended ones).
+                .with("dialect", verbs::DIALECT)
                 // Which second witnesses the library offers (docs/runner-contract.md section 9):
                 // without them a round has no `device` and a drain no `provider_outstanding_wrs`.
                 .with(
@@ -565,8 +569,9 @@ impl Engine {
     fn new_qp(&mut self, rail: usize, lane: usize, round: i64, max_send_wr: u32) -> Result<usize, EngineError> {
         let c = &self.contexts[rail];
         let (pd, cq, ctx) = (c.pd, c.cq, c.ptr);
-        let (ptr, qpn) = verbs::create_qp(&mut self.table, pd, cq, max_send_wr)
+        let handles = verbs::create_qp(&mut self.table, pd, cq, max_send_wr)
             .map_err(|m| unavailable("connect_qp", &format!("rail {rail} lane {lane}: {m}")).in_round(round))?;
+        let qpn = handles.qpn;
         let record = Json::obj()
             .with("qpn", qpn)
             .with("context", verbs::handle(ctx))
@@ -580,7 +585,8 @@ impl Engine {
             .with("destroyed_round", Json::Null)
             .with("state", "RTS");
         self.qps.push(Qp {
-            ptr,
+            ptr: handles.qp,
+            sq: handles.sq,
             qpn,
             rail,
             lane,
@@ -1226,7 +1232,7 @@ impl Engine {
                         break;
                     }
                     queue.pop_front();
-                    let (rail, ptr, qpn, lane) = (q.rail, q.ptr, q.qpn, q.lane);
+                    let (rail, sq, qpn, lane) = (q.rail, q.sq, q.qpn, q.lane);
                     let c = &self.contexts[rail];
                     let mr = &c.mrs[0];
                     let seg = &self.segments[&rail];
@@ -1236,7 +1242,7 @@ impl Engine {
                     self.next_wr_id += 1;
                     let wr_id = self.next_wr_id;
                     let ret = verbs::post(
-                        ptr,
+                        sq,
                         wr_id,
                         read,
                         mr.addr + local as u64,
@@ -1249,7 +1255,7 @@ impl Engine {
                         let mut e = EngineError::new(
                             "Internal",
                             "submit",
-                            &verbs::verr("ibv_post_send", ret, &format!("QP {qpn} wr_id {wr_id}")),
+                            &verbs::verr(verbs::POST_CALL, ret, &format!("QP {qpn} wr_id {wr_id}")),
                         )
                         .in_round(round);
                         e.parent = Some(p);

@@ -2,6 +2,11 @@
 //! (a sealed memfd copy whose sha256 was checked, RTLD_GLOBAL) or the system's libibverbs.so.1.
 //! Every object the library gave is an owner in the `Table` until its destroy returned 0, so
 //! "retained owners" is counted from the library's answers.
+//!
+//! Two dialects of the data path, one per build: the classic `ibv_create_cq` / `ibv_create_qp` /
+//! `ibv_post_send` / `ibv_poll_cq`, and with cargo feature `verbs-ex` the extended
+//! `ibv_create_cq_ex` / `ibv_create_qp_ex` / `ibv_wr_*` / `ibv_start_poll`. Both give the engine
+//! the same handles and completions, so every receipt is counted the same way.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_uint, c_void, CStr, CString};
@@ -38,6 +43,34 @@ extern "C" {
     fn orb_destroy_channel(ch: *mut c_void) -> c_int;
     fn orb_create_cq(ctx: *mut c_void, depth: c_int, ch: *mut c_void, cq: *mut *mut c_void) -> c_int;
     fn orb_destroy_cq(cq: *mut c_void) -> c_int;
+    fn orb_create_cq_ex(ctx: *mut c_void, depth: c_int, ch: *mut c_void, cq: *mut *mut c_void) -> c_int;
+    fn orb_create_qp_ex(
+        pd: *mut c_void,
+        cq: *mut c_void,
+        max_send_wr: u32,
+        qp: *mut *mut c_void,
+        qpx: *mut *mut c_void,
+        qpn: *mut u32,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    fn orb_post_ex(
+        qpx: *mut c_void,
+        wr_id: u64,
+        read: c_int,
+        laddr: u64,
+        len: u32,
+        lkey: u32,
+        raddr: u64,
+        rkey: u32,
+    ) -> c_int;
+    fn orb_poll_ex(
+        cq: *mut c_void,
+        n: c_int,
+        wr_id: *mut u64,
+        status: *mut c_int,
+        byte_len: *mut u32,
+        qpn: *mut u32,
+    ) -> c_int;
     fn orb_create_qp(pd: *mut c_void, cq: *mut c_void, max_send_wr: u32, qp: *mut *mut c_void, qpn: *mut u32) -> c_int;
     fn orb_connect_qp(
         qp: *mut c_void,
@@ -74,6 +107,15 @@ extern "C" {
 }
 
 pub const SYSTEM_LIBRARY: &str = "libibverbs.so.1";
+
+/// This build's data-path dialect (cargo feature `verbs-ex`), named in the ledger's `verbs_library`.
+pub const EXTENDED: bool = cfg!(feature = "verbs-ex");
+pub const DIALECT: &str = if EXTENDED { "extended" } else { "classic" };
+/// The call whose return says whether a WR was posted, as error messages name it.
+pub const POST_CALL: &str = if EXTENDED { "ibv_wr_complete" } else { "ibv_post_send" };
+const CREATE_CQ_CALL: &str = if EXTENDED { "ibv_create_cq_ex" } else { "ibv_create_cq" };
+const CREATE_QP_CALL: &str = if EXTENDED { "ibv_create_qp_ex" } else { "ibv_create_qp" };
+const POLL_CALL: &str = if EXTENDED { "ibv_start_poll" } else { "ibv_poll_cq" };
 pub const PROVIDER_COUNTERS: [&str; 6] = [
     "read_bytes_landed",
     "read_bytes_served",
@@ -352,25 +394,41 @@ pub fn create_channel(table: &mut Table, ctx: *mut c_void) -> Result<(*mut c_voi
 
 pub fn create_cq(table: &mut Table, ctx: *mut c_void, depth: i32, ch: *mut c_void) -> Result<*mut c_void, String> {
     let mut cq = std::ptr::null_mut();
-    check!(orb_create_cq(ctx, depth, ch, &mut cq), "ibv_create_cq", "");
+    let ret = if EXTENDED {
+        unsafe { orb_create_cq_ex(ctx, depth, ch, &mut cq) }
+    } else {
+        unsafe { orb_create_cq(ctx, depth, ch, &mut cq) }
+    };
+    if ret != 0 {
+        return Err(verr(CREATE_CQ_CALL, ret, ""));
+    }
     table.acquire("cq", cq);
     Ok(cq)
 }
 
-pub fn create_qp(
-    table: &mut Table,
-    pd: *mut c_void,
-    cq: *mut c_void,
-    max_send_wr: u32,
-) -> Result<(*mut c_void, u32), String> {
+/// A QP: `qp` its ibv_qp (connect, destroy, the ledger's handle), `sq` what `post` posts on (the
+/// ibv_qp itself, or its ibv_qp_ex in the extended dialect).
+pub struct QpHandles {
+    pub qp: *mut c_void,
+    pub sq: *mut c_void,
+    pub qpn: u32,
+}
+
+pub fn create_qp(table: &mut Table, pd: *mut c_void, cq: *mut c_void, max_send_wr: u32) -> Result<QpHandles, String> {
     let (mut qp, mut qpn) = (std::ptr::null_mut(), 0u32);
-    check!(
-        orb_create_qp(pd, cq, max_send_wr, &mut qp, &mut qpn),
-        "ibv_create_qp",
-        format!("max_send_wr {max_send_wr}")
-    );
+    let mut sq = std::ptr::null_mut();
+    let ret = if EXTENDED {
+        unsafe { orb_create_qp_ex(pd, cq, max_send_wr, &mut qp, &mut sq, &mut qpn) }
+    } else {
+        let ret = unsafe { orb_create_qp(pd, cq, max_send_wr, &mut qp, &mut qpn) };
+        sq = qp;
+        ret
+    };
+    if ret != 0 {
+        return Err(verr(CREATE_QP_CALL, ret, &format!("max_send_wr {max_send_wr}")));
+    }
     table.acquire("qp", qp);
-    Ok((qp, qpn))
+    Ok(QpHandles { qp, sq, qpn })
 }
 
 pub fn connect_qp(
@@ -420,9 +478,16 @@ pub fn destroy(table: &mut Table, kind: &str, p: *mut c_void) -> Result<(), Stri
     Ok(())
 }
 
+/// One signaled RDMA READ or WRITE of one SGE on `sq` (`QpHandles::sq`): 0 or the errno of
+/// `POST_CALL`.
 #[allow(clippy::too_many_arguments)]
-pub fn post(qp: *mut c_void, wr_id: u64, read: bool, laddr: u64, len: u32, lkey: u32, raddr: u64, rkey: u32) -> i32 {
-    unsafe { orb_post(qp, wr_id, c_int::from(read), laddr, len, lkey, raddr, rkey) }
+pub fn post(sq: *mut c_void, wr_id: u64, read: bool, laddr: u64, len: u32, lkey: u32, raddr: u64, rkey: u32) -> i32 {
+    let read = c_int::from(read);
+    if EXTENDED {
+        unsafe { orb_post_ex(sq, wr_id, read, laddr, len, lkey, raddr, rkey) }
+    } else {
+        unsafe { orb_post(sq, wr_id, read, laddr, len, lkey, raddr, rkey) }
+    }
 }
 
 pub struct Completion {
@@ -434,8 +499,9 @@ pub struct Completion {
 
 pub fn poll(cq: *mut c_void, out: &mut Vec<Completion>) -> Result<usize, String> {
     let (mut ids, mut st, mut len, mut qpn) = ([0u64; 64], [0i32; 64], [0u32; 64], [0u32; 64]);
+    let poll = if EXTENDED { orb_poll_ex } else { orb_poll };
     let got = unsafe {
-        orb_poll(
+        poll(
             cq,
             64,
             ids.as_mut_ptr(),
@@ -445,7 +511,7 @@ pub fn poll(cq: *mut c_void, out: &mut Vec<Completion>) -> Result<usize, String>
         )
     };
     if got < 0 {
-        return Err(format!("ibv_poll_cq: {got} on CQ {}", handle(cq)));
+        return Err(format!("{POLL_CALL}: {got} on CQ {}", handle(cq)));
     }
     for i in 0..got as usize {
         out.push(Completion {

@@ -4,7 +4,10 @@ Two real processes of the release build, each a child of a real lock supervisor 
 (tests/helpers/sim_pair.py, the gate's way: binary pinned as argv[0] and run from its sealed copy,
 case file pinned and journaled, the real accounting observer preloaded into the requester), and the
 receipts judged by the project's verifier with the same rules as the simulated runner's: no
-special case. Plus the contract's edges (exit codes, case errors, a killed runner's checkpoint).
+special case. Both dialects of the data path: the shipped build (ibv_post_send / ibv_poll_cq) and
+the extended build (cargo feature verbs-ex: ibv_wr_* / ibv_start_poll), with the same receipts and
+observer logs; observers that see only the classic calls fail the extended build's accounting by
+name. Plus the contract's edges (exit codes, case errors, a killed runner's checkpoint).
 Loopback only: run in a network namespace of its own (unshare -n).
 """
 
@@ -16,9 +19,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.reference_runner import CRATE, cargo_available, reference_runner
+from helpers import observer_log, sim_pair
+from helpers.reference_runner import CRATE, REPO, cargo_available, reference_runner
 from helpers.sim_pair import FAULT_MODE_GROUPS, RAIL_ACCOUNTING, SMALL_HOST, exit_codes, run_pair
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import sha256_file
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import rules
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
@@ -27,6 +32,12 @@ import sim_harness as H
 
 pytestmark = pytest.mark.skipif(not cargo_available(), reason="needs cargo and a C compiler")
 WRITE_EVENTS_HOST = dict(SMALL_HOST, operation="write", rdma_events=True)
+WRITE_EVENTS_ACCOUNTING = dict(RAIL_ACCOUNTING, operation="write", rdma_events=True)
+# Each dialect's pairs: read/polling and write/events, with the accounting observer preloaded
+# (rail accounting) and without (installed-host); discovery once.
+PAIRS = {"classic": {"ra": RAIL_ACCOUNTING, "raw": WRITE_EVENTS_ACCOUNTING, "ih": WRITE_EVENTS_HOST,
+                     "rad": dict(RAIL_ACCOUNTING, discovery="auto")},
+         "extended": {"ra": RAIL_ACCOUNTING, "raw": WRITE_EVENTS_ACCOUNTING, "ih": WRITE_EVENTS_HOST}}
 
 
 @pytest.fixture(scope="module")
@@ -35,28 +46,110 @@ def runner():
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory, runner):
-    run_dir = tmp_path_factory.mktemp("native") / "run"
-    run_pair(run_dir, "ra", RAIL_ACCOUNTING, runner=runner)
-    run_pair(run_dir, "ih", WRITE_EVENTS_HOST, runner=runner)
-    run_pair(run_dir, "rad", dict(RAIL_ACCOUNTING, discovery="auto"), runner=runner)
+def extended_runner():
+    return reference_runner(extended=True)
+
+
+def _run_pairs(run_dir, dialect, runner):
+    for case_id, profile in PAIRS[dialect].items():
+        run_pair(run_dir, case_id, profile, runner=runner)
     return run_dir
 
 
-def test_native_pair_passes_every_rule(healthy, runner):
-    verdict = verify_run(str(healthy), write=False)
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory, runner):
+    return _run_pairs(tmp_path_factory.mktemp("native") / "run", "classic", runner)
+
+
+@pytest.fixture(scope="module")
+def extended(tmp_path_factory, extended_runner):
+    return _run_pairs(tmp_path_factory.mktemp("native-ex") / "run", "extended", extended_runner)
+
+
+@pytest.mark.parametrize("dialect", ["classic", "extended"])
+def test_native_pair_passes_every_rule(request, dialect):
+    run_dir = request.getfixturevalue("healthy" if dialect == "classic" else "extended")
+    runner = request.getfixturevalue("runner" if dialect == "classic" else "extended_runner")
+    verdict = verify_run(str(run_dir), write=False)
     assert verdict["verdict"] == "PASS", verdict["failed_codes"]
     assert verdict["runner_kind"] == "native"
     codes = {f["code"] for case in verdict["cases"] for f in case["findings"]}
-    assert {r.code for r in rules.RULES if r.group not in FAULT_MODE_GROUPS} <= codes
-    for case in ("ra", "ih", "rad"):
-        assert exit_codes(healthy / "cases" / case) == {"source": 0, "requester": 0}
-        ledger = json.loads((healthy / "cases" / case / "requester" / "g1" / "ledger.json").read_text())
+    # Discovery's rules need the discovery pair, which the classic dialect runs (it opens no data path).
+    left_out = FAULT_MODE_GROUPS + (() if "rad" in PAIRS[dialect] else ("discovery",))
+    assert {r.code for r in rules.RULES if r.group not in left_out} <= codes
+    for case in PAIRS[dialect]:
+        assert exit_codes(run_dir / "cases" / case) == {"source": 0, "requester": 0}
+        ledger = json.loads((run_dir / "cases" / case / "requester" / "g1" / "ledger.json").read_text())
         assert ledger["runner"]["kind"] == "native" and ledger["runner"]["defects"] == []
+        assert ledger["verbs_library"]["dialect"] == dialect
         # The supervisor ran the pinned binary from its sealed copy, never the installed file.
-        journal = (healthy / "cases" / case / "requester" / "journal.jsonl").read_text()
+        journal = (run_dir / "cases" / case / "requester" / "journal.jsonl").read_text()
         assert runner["sha256"] in journal
-        _second_witnesses(healthy / "cases" / case)
+        _second_witnesses(run_dir / "cases" / case)
+
+
+@pytest.mark.parametrize("case", ["ra", "raw"])
+def test_observer_logs_equal_between_dialects(healthy, extended, case):
+    """The same workload leaves the same observer log in both dialects: every WR, completion and digested
+    range, QPs named by (rail, lane), WRs by (round, parent, slice) and objects by device (their addresses, QPNs
+    and WR IDs are the run's)."""
+    classic, ext = (_comparable_log(run_dir / "cases" / case / "requester" / "g1") for run_dir in (healthy, extended))
+    assert classic["wr"] and len(classic["wr"]) == len(classic["cqe"]) == len(classic["data"])
+    assert classic == ext
+
+
+def _comparable_log(out):
+    """An observer log as multisets of events without what differs between two runs of one workload."""
+    ledger = json.loads((out / "ledger.json").read_text())
+    lanes = {q["qpn"]: (q["rail"], q["lane"]) for q in ledger["qps"]}
+    # WR IDs follow the order the send queues freed up: a WR is its round's (parent, slice).
+    slices = {wr_id: (number, parent, piece) for number, rnd in enumerate(ledger["rounds"], 1)
+              for wr_id, parent, piece in zip(rnd["wrs"]["wr_id"], rnd["wrs"]["parent"], rnd["wrs"]["slice"])}
+    events = {"wr": [], "cqe": [], "data": [], "summary": []}
+    for event in observer_log.read(observer_log.find(out))[1:]:
+        e = dict(event)
+        e["qp"] = lanes.get(e.pop("qpn", None))
+        if "wr_id" in e:
+            e["wr_id"] = slices[e["wr_id"]]
+        for field in ("ctx", "cq"):  # addresses; a WR's device names its context
+            e.pop(field, None)
+        if e["ev"] == "data":
+            # Fresh content per round: the digest is the verifier's to recompute; that one was taken is kept.
+            e["hashed"] = e.pop("sha256") is not None
+        if e["ev"] == "summary":
+            for field in ("max_inflight_per_qp", "max_outstanding_parents_per_qp"):
+                e[field] = sorted((lanes[int(q)], n) for q, n in e[field].items())
+        events[e.pop("ev")].append(json.dumps(e, sort_keys=True))
+    return {kind: sorted(lines) for kind, lines in events.items()}
+
+
+MISSED_EXTENDED_CALLS = ["accounting.both_rails", "accounting.ledger_join", "accounting.native_bytes",
+                         "accounting.outstanding"]
+
+
+@pytest.fixture(scope="module")
+def classic_only_observers(tmp_path_factory):
+    """The observers built blind to the extended verbs (OBS_RED_NO_EXTENDED: they wrap only the classic ops)."""
+    out = tmp_path_factory.mktemp("classic-only-observers")
+    done = subprocess.run(["make", "-s", "-C", str(REPO / "observers"), f"OUT={out}",
+                           "OBS_CFLAGS=-DOBS_RED_NO_EXTENDED", "all"], capture_output=True, text=True, timeout=240,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return {tool: {"path": str(out / f"liborbite_{tool}.so"), "sha256": sha256_file(str(out / f"liborbite_{tool}.so"))}
+            for tool in ("accounting", "cq_fault", "uverbs_fault")}
+
+
+@pytest.mark.parametrize("dialect, failed", [("classic", []), ("extended", MISSED_EXTENDED_CALLS)])
+def test_observers_blind_to_extended_calls_fail_the_case_by_name(request, monkeypatch, tmp_path,
+                                                                  classic_only_observers, dialect, failed):
+    """Red check: observers that wrap only ops.post_send / ops.poll_cq see every WR of the classic build
+    and none of the extended build's, and the verifier names the accounting rules that lost their witness."""
+    runner = request.getfixturevalue("runner" if dialect == "classic" else "extended_runner")
+    real = sim_pair.artifacts
+    monkeypatch.setattr(sim_pair, "artifacts", lambda r=None: dict(real(r), observers=classic_only_observers))
+    run_pair(tmp_path / "run", "ra", RAIL_ACCOUNTING, runner=runner)
+    verdict = verify_run(str(tmp_path / "run"), write=False)
+    assert sorted(verdict["failed_codes"]) == failed
 
 
 def _second_witnesses(case_dir):
@@ -88,8 +181,9 @@ def test_rdma_core_offers_no_provider_hooks(runner, tmp_path):
     done = _run(runner, "--case", _case(tmp_path, verbs_library=None), "--output", str(out))
     assert done.returncode == 3, done.stderr
     ledger = _ledger(out)
-    assert ledger["verbs_library"] == {"path": "libibverbs.so.1", "sha256": None, "provider_hooks": {
-        "orbite_provider_ctx_counter": False, "orbite_provider_qp_outstanding": False}}
+    assert ledger["verbs_library"] == {"path": "libibverbs.so.1", "sha256": None, "dialect": "classic",
+                                       "provider_hooks": {"orbite_provider_ctx_counter": False,
+                                                          "orbite_provider_qp_outstanding": False}}
     assert ledger["errors"][0]["error"] == "Unavailable"
 
 
