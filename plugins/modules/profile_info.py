@@ -155,6 +155,20 @@ workload:
       description: The QP bound, C(rails x lanes), per peer and operation.
       type: int
       sample: 2
+    qps_per_context_operation:
+      description: The QP bound per context (rail) and operation, C(num_lanes).
+      type: int
+      sample: 1
+    placement:
+      description: Each parent's rail and lane (docs/runner-contract.md section 4), in parent order.
+      type: list
+      elements: dict
+      sample: [{parent: 0, rail: 0, lane: 0}, {parent: 1, rail: 1, lane: 0}]
+    region_offsets:
+      description: Each parent's payload offset in a data MR, C(p x region_stride + guard), in parent order.
+      type: list
+      elements: int
+      sample: [4096, 4206593]
     observers:
       description: Native observers the mode loads, with the role whose runner loads them.
       type: list
@@ -174,14 +188,16 @@ workload:
     per_lane:
       - {rail: 0, lane: 0, parents: 8, wrs: 32, bytes: 33554440}
       - {rail: 1, lane: 0, parents: 8, wrs: 32, bytes: 33554440}
+    placement: [{parent: 0, rail: 0, lane: 0}, {parent: 1, rail: 1, lane: 0}]
     guard_bytes: 4096
+    region_stride: 4202497
+    region_offsets: [4096, 4206593]
     backing_per_peer: 67239952
     rounds_per_generation: 3
     generations: 1
     total_rounds: 3
     qps_per_context_operation: 1
     qp_bound_per_peer_operation: 2
-    new_qps_per_generation_max: 2
     send_queue_depth: 8
     persistent_mr_contexts: 2
     observers: [{tool: accounting, role: requester}]

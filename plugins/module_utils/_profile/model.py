@@ -790,19 +790,19 @@ _MODE_RULES = {
 # Workload derivation
 
 
+def region_stride(payload: int) -> int:
+    """Bytes one parent's region takes in a data MR: guard + payload + guard (docs/content.md)."""
+    return payload + 2 * GUARD_BYTES
+
+
 def backing_per_peer(parents: int, payload: int) -> int:
-    return parents * (payload + 2 * GUARD_BYTES)
-
-
-def slice_sizes(payload: int, block: int) -> list:
-    """A parent is cut into max(1, payload // block) slices; the last takes the rest."""
-    count = max(1, payload // block)
-    return [block] * (count - 1) + [payload - block * (count - 1)]
+    return parents * region_stride(payload)
 
 
 def slice_runs(payload: int, block: int) -> list:
-    """slice_sizes in run-length form, computed without listing the slices (block 1 of a 6 MiB payload is
-    six million slices): [{"bytes": size, "count": n}, ...]."""
+    """A parent is cut into max(1, payload // block) slices, the last taking the rest; in run-length form,
+    computed without listing the slices (block 1 of a 6 MiB payload is six million slices):
+    [{"bytes": size, "count": n}, ...]."""
     count = max(1, payload // block)
     last = payload - block * (count - 1)
     if count == 1:
@@ -812,6 +812,14 @@ def slice_runs(payload: int, block: int) -> list:
     return [{"bytes": block, "count": count - 1}, {"bytes": last, "count": 1}]
 
 
+def expand_runs(runs: list) -> list:
+    """The slice sizes a run-length list (the workload's ``slice_sizes``) stands for, one per slice."""
+    sizes = []
+    for run in runs:
+        sizes.extend([run["bytes"]] * run["count"])
+    return sizes
+
+
 def provoked_errors(profile: dict) -> tuple:
     """(error, operation) pairs the mode provokes on purpose; None for a mode not modelled yet."""
     return PROVOKED_ERRORS.get(profile["mode"])
@@ -819,7 +827,7 @@ def provoked_errors(profile: dict) -> tuple:
 
 def region_offset(parent: int, payload: int) -> int:
     """Offset of a parent's payload in a data MR: regions of guard + payload + guard, in parent order."""
-    return parent * (payload + 2 * GUARD_BYTES) + GUARD_BYTES
+    return parent * region_stride(payload) + GUARD_BYTES
 
 
 def enabled_rails(mask: int) -> list:
@@ -829,7 +837,8 @@ def enabled_rails(mask: int) -> list:
 def parent_placement(parents: int, mask: int, num_lanes: int) -> list:
     """The placement of docs/runner-contract.md §4: parent p on rail rails[p % R], lane (p // R) % lanes.
 
-    Every runner honours it; the verifier recomputes the per-rail and per-lane figures from it.
+    Every runner honours it; the workload carries it (``placement``) with the per-rail and per-lane figures
+    derived from it, which the verifier's rules read.
     """
     rails = enabled_rails(mask)
     return [{"parent": p, "rail": rails[p % len(rails)], "lane": (p // len(rails)) % num_lanes} for p in range(parents)]
@@ -889,14 +898,16 @@ def derive_workload(profile: dict) -> dict:
         "rails": rails,
         "per_rail": per_rail,
         "per_lane": [per_lane[k] for k in sorted(per_lane)],
+        "placement": placement,
         "guard_bytes": GUARD_BYTES,
+        "region_stride": region_stride(payload),
+        "region_offsets": [region_offset(parent, payload) for parent in range(parents)],
         "backing_per_peer": backing_per_peer(parents, payload),
         "rounds_per_generation": ROUNDS_PER_GENERATION,
         "generations": generations,
         "total_rounds": ROUNDS_PER_GENERATION * generations,
         "qps_per_context_operation": lanes,
         "qp_bound_per_peer_operation": len(rails) * lanes,
-        "new_qps_per_generation_max": len(rails) * lanes,
         "send_queue_depth": SEND_QUEUE_DEPTH,
         "persistent_mr_contexts": RAIL_COUNT,
         "observers": observers,

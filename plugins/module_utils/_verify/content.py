@@ -4,33 +4,21 @@
 
 The verifier shares no code with any runner: this is an implementation of its own of the document's
 formula (tests/unit/plugins/module_utils/_verify/test_content.py holds it to the document's worked
-example). Only what the digest rules need: the arena layout, the expected SHA-256 of any range of
-a parent's payload, and the expected SHA-256 of a parent's guard windows for a guard seed.
+example). Only what the digest rules need: the expected SHA-256 of any range of a parent's payload,
+and the expected SHA-256 of a parent's guard windows for a guard seed. The arena layout (the guard
+G, each parent's region and offset) is the profile model's, carried by the workload the rules read.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-GUARD_BYTES = 4096  # G: guard before and after every parent's payload
+from ansible_collections.orbite.qualification.plugins.module_utils._profile.model import GUARD_BYTES
+
 PARENT_SHIFT = 8  # offset between two parents' windows of the round stream
 POISON = 0xA5  # what a destination payload byte holds before the round (docs/content.md)
 _DOMAIN = b"orbite-sim-input"
 _GUARD_DOMAIN = b"orbite-sim-guard"
-
-
-def region_stride(payload):
-    """S = G + L + G: the bytes one parent's region takes in the arena."""
-    return payload + 2 * GUARD_BYTES
-
-
-def payload_offset(parent, payload):
-    """O(p): offset of parent p's payload from the start of the data MR."""
-    return parent * region_stride(payload) + GUARD_BYTES
-
-
-def arena_bytes(parents, payload):
-    return parents * region_stride(payload)
 
 
 class RoundContent:

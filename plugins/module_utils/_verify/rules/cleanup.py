@@ -368,7 +368,8 @@ def _expected_held(case, kind, after):
     spec = model.CLEANUP_OWNERS[kind]
     held[spec["blocker"]] += 1
     if after:
-        per_rail = {"qp": profile["num_lanes"], "cq": 1, "channel": 1 if events else 0, "mr": MRS_PER_CONTEXT}
+        per_rail = {"qp": case.workload["qps_per_context_operation"], "cq": 1, "channel": 1 if events else 0,
+                    "mr": MRS_PER_CONTEXT}
         for owner in spec["released"]:
             if owner in per_rail:
                 held[owner] -= per_rail[owner]

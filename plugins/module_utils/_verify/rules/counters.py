@@ -32,9 +32,7 @@ def _runs(sizes):
 
 def _placement(case):
     """parent -> (rail, lane) of the documented placement."""
-    p = case.profile
-    entries = model.parent_placement(p["parents"], p["mask"], p["num_lanes"])
-    return {e["parent"]: (e["rail"], e["lane"]) for e in entries}
+    return {e["parent"]: (e["rail"], e["lane"]) for e in case.workload["placement"]}
 
 
 def _peer_round(case, role, generation, number):
@@ -68,7 +66,7 @@ def check_slicing(case):
     this side (local) and on the peer's side (remote, from the peer's ledger)."""
     problems = []
     profile = case.profile
-    sizes = model.slice_sizes(profile["payload"], profile["block"])
+    sizes = model.expand_runs(case.workload["slice_sizes"])
     block, expected = profile["block"], case.workload["wrs_per_round"]
     for role, generation, rnd, where in rounds(case, ("requester",)):
         label = f"g{generation} round {rnd['round']}"

@@ -68,7 +68,7 @@ class Witnessed:
         self.log = case.observer_logs[("requester", generation, "accounting")]
         ledger = case.ledger("requester", generation)
         profile = case.profile
-        self.parents, self.payload = profile["parents"], profile["payload"]
+        self.parents, self.payload, self.workload = profile["parents"], profile["payload"], case.workload
         self.rounds = [rnd["round"] for rnd in ledger["rounds"]]
         self.problems = defaultdict(list)
         self.slices = {}
@@ -96,8 +96,8 @@ class Witnessed:
             self._place(number, list(compress(range(len(rounds)), mine)), data)
 
     def _place(self, number, mine, data):
-        stride, arena, guard = content.region_stride(self.payload), content.arena_bytes(
-            self.parents, self.payload), content.GUARD_BYTES
+        stride, arena, guard = self.workload["region_stride"], self.workload["backing_per_peer"], \
+            self.workload["guard_bytes"]
         found = self.problems[number]
         per_parent = defaultdict(list)
         offs, lens, all_flags, mr_lens = data["off"], data["len"], data["flags"], data["mr_len"]
@@ -196,9 +196,9 @@ def check_guards(case):
     problems = []
     for generation, witnessed in _witnessed(case):
         size = witnessed.log.header.get("guard_bytes")
-        if size != content.GUARD_BYTES:
+        if size != case.workload["guard_bytes"]:
             problems.append((f"g{generation}: the observer's guard windows are {size!r} B, the documented guard is "
-                             f"{content.GUARD_BYTES} B (docs/content.md)", witnessed.log.path))
+                             f"{case.workload['guard_bytes']} B (docs/content.md)", witnessed.log.path))
             continue
         changed = []
         for number, slices in witnessed.slices.items():

@@ -46,11 +46,10 @@ def requester_survives(profile, _workload):
 
 
 def _batches_expected(case):
-    """{rail: [parents]} of the held round: parents spread over the enabled rails in order (profile model)."""
-    rails = sorted(case.workload["rails"])
+    """{rail: [parents]} of the held round: the parents the workload's placement puts on each rail."""
     out = {}
-    for parent in range(case.profile["parents"]):
-        out.setdefault(rails[parent % len(rails)], []).append(parent)
+    for entry in case.workload["placement"]:
+        out.setdefault(entry["rail"], []).append(entry["parent"])
     return out
 
 

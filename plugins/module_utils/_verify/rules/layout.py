@@ -26,8 +26,8 @@ CTRL_MR_BYTES = 4096  # docs/runner-contract.md §4 step 2
       witness=("profile",))
 def check_regions(case):
     problems = []
-    payload, parents = case.profile["payload"], case.profile["parents"]
-    arena = model.backing_per_peer(parents, payload)
+    payload, parents, offsets = case.profile["payload"], case.profile["parents"], case.workload["region_offsets"]
+    arena, guard = case.workload["backing_per_peer"], case.workload["guard_bytes"]
     sizes = {"data": arena, "ctrl": CTRL_MR_BYTES}
     for role, generation, ledger, path in each_ledger(case):
         label = f"{role} g{generation}"
@@ -35,17 +35,22 @@ def check_regions(case):
                      for mr in context["mrs"] if mr.get("length") != sizes.get(mr["kind"])]
         if wrong_mrs:
             problems.append((f"{label}: MRs (name, kind, length) {wrong_mrs[:MAX_PROBLEMS_SHOWN]}; the documented "
-                             f"data arena is {arena} B ({parents} x ({model.GUARD_BYTES} + {payload} + "
-                             f"{model.GUARD_BYTES})), ctrl {CTRL_MR_BYTES} B", f"{path}#contexts"))
+                             f"data arena is {arena} B ({parents} x ({guard} + {payload} + "
+                             f"{guard})), ctrl {CTRL_MR_BYTES} B", f"{path}#contexts"))
         for index, rnd in enumerate(ledger["rounds"]):
             where = f"{path}#rounds[{index}].parents"
-            misplaced = [(p["parent"], p.get("region_offset"), model.region_offset(p["parent"], payload))
-                         for p in rnd["parents"] if p.get("region_offset") != model.region_offset(p["parent"], payload)]
+            misplaced = [(p["parent"], p.get("region_offset"), _documented(offsets, p["parent"]))
+                         for p in rnd["parents"] if p.get("region_offset") != _documented(offsets, p["parent"])]
             guards = sorted({p["guard_check"].get("guard_bytes") for p in rnd["parents"]
-                             if isinstance(p.get("guard_check"), dict)} - {model.GUARD_BYTES}, key=str)
+                             if isinstance(p.get("guard_check"), dict)} - {guard}, key=str)
             if misplaced or guards:
                 problems.append((f"{label} round {rnd['round']}: regions (parent, offset, documented) "
                                  f"{misplaced[:MAX_PROBLEMS_SHOWN]}, guards of {guards} B checked instead of "
-                                 f"{model.GUARD_BYTES} B", where))
+                                 f"{guard} B", where))
                 break
     return problems
+
+
+def _documented(offsets, parent):
+    """The workload's offset of ``parent``'s payload; None for a parent the profile does not have."""
+    return offsets[parent] if isinstance(parent, int) and 0 <= parent < len(offsets) else None

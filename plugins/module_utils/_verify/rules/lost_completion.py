@@ -17,7 +17,6 @@ counters; the runner's word on its lost round is one witness, never the expectat
 
 from __future__ import annotations
 
-from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import CQE, WITHHELD, WR
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
@@ -49,7 +48,7 @@ def source_survives(profile, _workload):
 def _batches_expected(case):
     """{rail: [parents]}: one batch per enabled rail, the parents the profile model places there."""
     out = {}
-    for entry in model.parent_placement(case.profile["parents"], case.profile["mask"], case.profile["num_lanes"]):
+    for entry in case.workload["placement"]:
         out.setdefault(entry["rail"], []).append(entry["parent"])
     return out
 
@@ -178,7 +177,7 @@ def check_kill_point(case):
                              f"every parent {parents[:MAX_SHOWN]}...)", spath))
         loans = sorted((x.get("parent"), x.get("offset"), x.get("bytes")) for x in lost.get("loans") or []
                        if isinstance(x, dict))
-        want = [(p, model.region_offset(p, payload), payload) for p in parents]
+        want = [(p, case.workload["region_offsets"][p], payload) for p in parents]
         if loans != want:
             problems.append((f"requester g{generation}: DMA loans {loans[:MAX_SHOWN]}, expected one per parent region "
                              f"{want[:MAX_SHOWN]}", rpath))

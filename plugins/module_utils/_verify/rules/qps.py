@@ -21,7 +21,7 @@ def check_qp_bound(case):
     """QPs live in a round: at most num_lanes per rail (context) and operation, rails x lanes per
     peer. (Creating QPs again instead of reusing them is qps.reuse.)"""
     problems = []
-    lanes, bound = case.profile["num_lanes"], case.workload["qp_bound_per_peer_operation"]
+    lanes, bound = case.workload["qps_per_context_operation"], case.workload["qp_bound_per_peer_operation"]
     for role, generation, rnd, where in rounds(case):
         per_context = defaultdict(int)
         for usage in rnd["qp_usage"]:

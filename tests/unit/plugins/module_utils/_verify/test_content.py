@@ -9,6 +9,7 @@ import sys
 import pytest
 from helpers.paths import REPO
 
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import content
 
 sys.path.insert(0, str(REPO / "sim"))
@@ -27,8 +28,8 @@ def _doc_value(label):
 def test_worked_example_of_the_document():
     seed, parents, payload = 0x0123456789ABCDEF, 2, 20
     round_content = content.RoundContent(seed, parents, payload)
-    assert (content.region_stride(payload), content.payload_offset(0, payload),
-            content.payload_offset(1, payload)) == (8212, 4096, 12308)
+    assert (model.region_stride(payload), model.region_offset(0, payload),
+            model.region_offset(1, payload)) == (8212, 4096, 12308)
     assert bytes(round_content.payload_of(0)).hex() == _doc_value("payload(s,0)")
     assert bytes(round_content.payload_of(1)).hex() == _doc_value("payload(s,1)")
     stream = _doc_value("T(s)")
@@ -61,7 +62,7 @@ def test_the_runner_follows_the_same_document():
     assert hashlib.sha256(trail).hexdigest() == _doc_value("SHA-256(trailing(1,0))")
     assert (hashlib.sha256(lead).digest(), hashlib.sha256(trail).digest()) == content.guard_digests(1, 0)
     assert sim_content.round_seed(1, 2, 3) == 6587757976185564365
-    assert (sim_content.GUARD_BYTES, sim_content.PARENT_SHIFT) == (content.GUARD_BYTES, content.PARENT_SHIFT)
+    assert (sim_content.GUARD_BYTES, sim_content.PARENT_SHIFT) == (model.GUARD_BYTES, content.PARENT_SHIFT)
 
 
 @pytest.mark.parametrize("trial", range(20))
@@ -76,7 +77,7 @@ def test_both_implementations_agree_on_any_range(trial):
         length = rng.randint(0, payload - start)
         assert mine.digest(parent, start, length) == hashlib.sha256(
             bytes(theirs.parent(parent)[start:start + length])).digest()
-        assert content.payload_offset(parent, payload) == sim_content.region_offset(parent, payload)
+        assert model.region_offset(parent, payload) == sim_content.region_offset(parent, payload)
 
 
 @pytest.mark.parametrize("seed", [-1, 1 << 64, "7", None, True])

@@ -15,6 +15,7 @@ import pytest
 from helpers import observer_log
 from helpers.paths import REPO
 
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.case import CaseReceipts
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import Receipt, load_observer_log
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import digests
@@ -72,7 +73,9 @@ class Run:
         assert log.ok, log.problem
         profile = {"mode": "installed-rail-accounting", "operation": self.operation, "parents": PARENTS,
                    "payload": PAYLOAD, "block": BLOCK}
-        workload = {"generations": 1, "observers": [{"tool": "accounting", "role": "requester"}]}
+        workload = {"generations": 1, "observers": [{"tool": "accounting", "role": "requester"}],
+                    "guard_bytes": model.GUARD_BYTES, "region_stride": model.region_stride(PAYLOAD),
+                    "backing_per_peer": model.backing_per_peer(PARENTS, PAYLOAD)}
         case = CaseReceipts(case_id="hand", case_dir=str(tmp_path), profile=profile, workload=workload)
         seeds = [{"round": r["round"], "input_seed": s} for r, s in zip(self.rounds, self.seeds)]
         columns = [{key: [wr[key] for wr in r["wrs"]] for key in ("qpn", "wr_id", "parent")} for r in self.rounds]
