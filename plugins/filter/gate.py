@@ -7,6 +7,7 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import MODE as RELAY_MODE
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import node_launch
 
 
 def case_entry(triple):
@@ -82,4 +83,4 @@ def case_switch_problems(cases, table, runner_kind):
 class FilterModule:
     def filters(self):
         return {"case_entry": case_entry, "pinned_observer": pinned_observer,
-                "case_switch_problems": case_switch_problems}
+                "case_switch_problems": case_switch_problems, "node_launch": node_launch}

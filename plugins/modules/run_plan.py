@@ -15,6 +15,9 @@ description:
     runner kind, the defect switches and the O(artifacts), and each C(case.json) its supervisors' run
     ID (C(<run_id>-<case id>)) and each role's registration ID (C(<run_id>-<case id>-<role>)), which
     the gate hands to the nodes. See docs/verifier.md.
+  - Each C(case.json) also holds C(launch), what each role launches, computed once here (IDs, the runner's and
+    the control relay's defect switches, the runner and verbs library pins, the deploy list and, per
+    generation, the observers and their environment). The runner role reads it as it is (docs/supervisor.md).
   - Private by default, since what a run directory holds names hosts, devices and addresses. Every
     directory it creates (O(run_dir) and its missing parents, C(cases/) and each case's) is 0700,
     C(run.json) and C(case.json) are 0600. An O(run_dir) that already exists keeps its mode.
@@ -80,8 +83,10 @@ options:
     description:
       - Simulated runner defect switches in force (red checks only).
       - A run with any is diagnostic; its verdict is never PASS (C(run.diagnostic)).
-    type: list
-    elements: str
+      - A list, or one string of names separated by commas (an AWX survey sends extra vars as strings); anything
+        else fails naming O(defects) before any node is touched.
+      - Each case's C(case.json) C(launch) gives each role its runner switches and the control relay's own.
+    type: raw
     default: []
   artifacts:
     description:

@@ -8,6 +8,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.error
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import (
     RunPlanError,
     case_ids,
+    cast_names,
     write_plan,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
@@ -25,7 +26,7 @@ SPEC = {
         }},
         "allow_dirty": {"type": "bool", "default": False},
         "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
-        "defects": {"type": "list", "elements": "str", "default": []},
+        "defects": {"type": "raw", "default": []},
         "artifacts": {"type": "dict", "options": {
             "runner": {"type": "dict", "required": True, "options": {
                 "kind": {"type": "str", "required": True, "choices": ["sim", "native"]},
@@ -51,9 +52,11 @@ SPEC = {
 def run(module):
     params = module.params
     try:
+        # Named as the play names it (roles/preflight passes orbite_runner_defects), before any node is touched.
+        defects = cast_names("defects (orbite_runner_defects)", params["defects"])
         changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
-                             defects=params["defects"], artifacts=params["artifacts"], origin=params["origin"])
+                             defects=defects, artifacts=params["artifacts"], origin=params["origin"])
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:

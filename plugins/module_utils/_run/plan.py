@@ -29,6 +29,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import is_sha256
+from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 
 RUN_SCHEMA = ("orbite.run", 1)
 CASE_SCHEMA = ("orbite.case", 1)
@@ -73,6 +74,107 @@ def case_ids(run_id, case_id):
     """The IDs the gate gives a case's processes: its supervisors' run ID and each role's registration ID."""
     base = f"{run_id}-{case_id}"
     return {"supervisor_run_id": base, "registrations": {role: f"{base}-{role}" for role in ROLES}}
+
+
+def cast_names(variable, value):
+    """A list of switch names from a list or a comma-separated string (an AWX survey sends extra vars as
+    strings); anything else, or a name outside the rule, is an error naming the variable, value and rule."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise RunPlanError(f"{variable}={quote(value)}: must be a list of defect switch names or one string of "
+                           "them separated by commas")
+    for index, name in enumerate(value):
+        if not names.is_name(name):
+            raise RunPlanError(f"{variable}[{index}]={names.quote(name)}: must be {names.NAME_RULE}")
+    return list(value)
+
+
+SIM_RUNNER_FILE = "orbite-sim-runner.pyz"  # the simulated runner's zipapp, in the node's run directory
+DEPLOY_DIR = "native"  # the verbs library and observers, under the node's run directory
+
+
+def _deploy_entry(name, pin, file):
+    """{name, src (the controller's), sha256 (the pin), file (under the node's run directory)}; src, sha256 and
+    file null where the run pins no such file (the supervisor's deploy names it)."""
+    if not pin:
+        return {"name": name, "src": None, "sha256": None, "file": None}
+    return {"name": name, "src": pin["path"], "sha256": pin["sha256"], "file": file or
+            os.path.join(DEPLOY_DIR, os.path.basename(pin["path"]))}
+
+
+def _role_generations(observers, role, generations):
+    """Per generation: the observers this role preloads (an entry with ``generation`` only in that one) and
+    their own environment (each entry's arming, later entries winning)."""
+    plans = []
+    for generation in range(1, generations + 1):
+        mine = [o for o in observers if o.get("role") == role]
+        # The case's own first, then the generation's (installed-cleanup-failure's uverbs_fault: generation 1's).
+        entries = [o for o in mine if "generation" not in o] + [o for o in mine if o.get("generation") == generation]
+        env = {}
+        for entry in entries:
+            env.update(entry.get("env") or {})
+        plans.append({"generation": generation, "observers": [o["tool"] for o in entries], "env": env})
+    return plans
+
+
+def launch_entries(run_id, case, defects, runner_kind, artifacts):
+    """What each role of ``case`` launches, computed once for the runner role to read verbatim: IDs, runner and
+    relay defect switches, per-generation observers and environment, the runner, the verbs library and the
+    deploy list with its pins. Node paths are relative to the node's run directory (``node_launch``)."""
+    ids = case_ids(run_id, case["id"])
+    switches = list(dict.fromkeys(list(defects) + list(case.get("defects") or ())))
+    observers = (case.get("workload") or {}).get("observers") or []
+    generations = int(case["profile"].get("generations") or 1)
+    runner = library = None
+    pins = {}
+    if artifacts is not None:
+        pins = artifacts["observers"]
+        sha256 = artifacts["runner"]["sha256"]
+        if runner_kind == "sim":
+            runner = {"interpreter": True, "file": SIM_RUNNER_FILE, "sha256": sha256}
+        else:
+            runner = {"interpreter": False, "path": artifacts["runner"]["path"], "sha256": sha256}
+        pin = artifacts["verbs_library"]
+        library = pin and {"file": os.path.join(DEPLOY_DIR, os.path.basename(pin["path"])), "sha256": pin["sha256"]}
+    roles = {}
+    for role in ROLES:
+        tools = list(dict.fromkeys(o["tool"] for o in observers if o.get("role") == role))
+        deploy = []
+        if artifacts is not None and (runner_kind == "sim" or library):
+            if runner_kind == "sim":
+                deploy.append(_deploy_entry("runner", artifacts["runner"], SIM_RUNNER_FILE))
+            deploy.append(_deploy_entry("verbs_library", artifacts["verbs_library"], None))
+            deploy.extend(_deploy_entry(tool, pins.get(tool), None) for tool in tools if runner_kind == "sim")
+        # A native runner's observers come from its installation on the node (roles/runner/tasks/native.yml).
+        preloads = {entry["name"]: {"file": entry["file"], "sha256": entry["sha256"]}
+                    for entry in deploy if entry["name"] in tools and entry["file"]}
+        roles[role] = {
+            "registration_id": ids["registrations"][role],
+            "peer_registration_id": ids["registrations"]["source"] if role == "requester" else None,
+            # The relay's own switches go to the relay only, never to a runner (sim/orbite_sim/case.py).
+            "defects": [name for name in switches if name not in RELAY_SWITCHES],
+            "relay_defects": [name for name in switches if name in RELAY_SWITCHES],
+            "runner": runner, "verbs_library": library, "deploy": deploy, "preloads": preloads,
+            "generations": _role_generations(observers, role, generations)}
+    return {"supervisor_run_id": ids["supervisor_run_id"], "roles": roles}
+
+
+def node_launch(entry, node_run_dir, python):
+    """One role's launch entry with its node paths under ``node_run_dir`` and the runner's argv (the node's
+    ``python`` for the simulated runner's zipapp): the values the runner role's tasks pass on as they are."""
+    def under(item):
+        if not item or "file" not in item:
+            return item
+        rest = {key: value for key, value in item.items() if key != "file"}
+        key = "dest" if "src" in item else "path"
+        return dict(rest, **{key: None if item["file"] is None else os.path.join(node_run_dir, item["file"])})
+
+    runner = under(entry["runner"]) or {}
+    argv = ([python] if runner.get("interpreter") else []) + ([runner["path"]] if runner else [])
+    return dict(entry, runner=runner or None, runner_argv=argv, runner_sha256=runner.get("sha256"),
+                verbs_library=under(entry["verbs_library"]), deploy=[under(e) for e in entry["deploy"]],
+                preloads={tool: under(pin) for tool, pin in entry["preloads"].items()})
 
 
 def _file(where, value, fields=("path", "sha256")):
@@ -154,12 +256,7 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
         raise RunPlanError(f"run_id={names.quote(run_id)}: must be {names.NAME_RULE}")
     if runner_kind not in RUNNER_KINDS:
         raise RunPlanError(f"runner_kind={quote(runner_kind)}: must be one of {', '.join(RUNNER_KINDS)}")
-    if not isinstance(defects, (list, tuple)):
-        raise RunPlanError(f"defects={quote(defects)}: must be a list of defect switch names")
-    defects = list(defects)
-    for index, defect in enumerate(defects):
-        if not names.is_name(defect):
-            raise RunPlanError(f"defects[{index}]={names.quote(defect)}: must be {names.NAME_RULE}")
+    defects = cast_names("defects", defects)
     artifacts = check_artifacts(artifacts, runner_kind)
     seen = set()
     for index, case in enumerate(cases):
@@ -200,7 +297,8 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
         run["origin"] = origin
     per_case = {c["id"]: {"schema": CASE_SCHEMA[0], "version": CASE_SCHEMA[1], "case_id": c["id"],
                           "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"]),
-                          **({"defects": case_defects[c["id"]]} if c["id"] in case_defects else {})}
+                          **({"defects": case_defects[c["id"]]} if c["id"] in case_defects else {}),
+                          "launch": launch_entries(run_id, c, defects, runner_kind, artifacts)}
                 for c in cases}
     return run, per_case
 

@@ -159,7 +159,8 @@ def test_bad_artifacts_are_named(tmp_path, artifacts, message):
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"runner_kind": "emulated"}, r"runner_kind='emulated': must be one of sim, native"),
-    ({"defects": "corrupt_byte"}, r"defects='corrupt_byte': must be a list"),
+    ({"defects": 5}, r"defects=5: must be a list of defect switch names or one string"),
+    ({"defects": "ok,no such/switch"}, r"defects\[1\]='no such/switch': must be"),
     ({"defects": ["ok", "no such/switch"]}, r"defects\[1\]='no such/switch': must be"),
 ])
 def test_bad_runner_kind_and_defects_are_named(tmp_path, options, message):

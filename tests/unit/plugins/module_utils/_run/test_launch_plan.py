@@ -1,0 +1,99 @@
+"""The run plan's launch entries: what each role of a case launches, computed once (case.json "launch") and put
+under the node's run directory by node_launch, which roles/runner passes on as it is."""
+
+import json
+
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import node_launch, write_plan
+
+SHA_RUNNER, SHA_LIB, SHA_ACC, SHA_FAULT = "a" * 64, "b" * 64, "c" * 64, "d" * 64
+ARTIFACTS = {"runner": {"kind": "sim", "path": "/runs/r/orbite-sim-runner.pyz", "sha256": SHA_RUNNER},
+             "verbs_library": {"path": "/build/provider/libibverbs.so.1", "sha256": SHA_LIB},
+             "observers": {"accounting": {"path": "/build/liborbite_accounting.so", "sha256": SHA_ACC},
+                           "uverbs_fault": {"path": "/build/liborbite_uverbs_fault.so", "sha256": SHA_FAULT}}}
+PROFILE = {"source": "sim-a", "requester": "sim-b", "mode": "installed-cleanup-failure", "generations": 2}
+# accounting on both roles; uverbs_fault armed on generation 1's requester only; cq_fault pinned nowhere.
+WORKLOAD = {"observers": [
+    {"tool": "uverbs_fault", "role": "requester", "generation": 1, "env": {"ORBITE_FAULT": "destroy"}},
+    {"tool": "accounting", "role": "source"},
+    {"tool": "accounting", "role": "requester", "env": {"ORBITE_ACC": "1"}},
+    {"tool": "cq_fault", "role": "source"},
+]}
+
+
+def _launch(tmp_path, runner_kind="sim", artifacts=ARTIFACTS, defects=("corrupt_byte", "leak_grant")):
+    case = {"id": "cf", "profile": PROFILE, "workload": WORKLOAD, "defects": ["leak_grant", "stale_epoch_qp"]}
+    write_plan(str(tmp_path), "run-1", [case], runner_kind=runner_kind, defects=list(defects), artifacts=artifacts)
+    return json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())["launch"]
+
+
+def test_ids_and_defects_are_the_plans_with_the_relays_switch_apart(tmp_path):
+    launch = _launch(tmp_path)
+    assert launch["supervisor_run_id"] == "run-1-cf"
+    source, requester = launch["roles"]["source"], launch["roles"]["requester"]
+    assert (source["registration_id"], source["peer_registration_id"]) == ("run-1-cf-source", None)
+    assert (requester["registration_id"], requester["peer_registration_id"]) == ("run-1-cf-requester",
+                                                                                  "run-1-cf-source")
+    # The run's switches, then the case's own, once each; leak_grant is the control relay's, never a runner's.
+    assert source["defects"] == requester["defects"] == ["corrupt_byte", "stale_epoch_qp"]
+    assert source["relay_defects"] == ["leak_grant"]
+
+
+def test_each_generation_has_its_own_observers_and_environment(tmp_path):
+    requester = _launch(tmp_path)["roles"]["requester"]
+    assert requester["generations"] == [
+        {"generation": 1, "observers": ["accounting", "uverbs_fault"],
+         "env": {"ORBITE_ACC": "1", "ORBITE_FAULT": "destroy"}},
+        {"generation": 2, "observers": ["accounting"], "env": {"ORBITE_ACC": "1"}}]
+
+
+def test_the_deploy_pins_every_file_and_names_an_unpinned_one(tmp_path):
+    source = _launch(tmp_path)["roles"]["source"]
+    assert source["deploy"] == [
+        {"name": "runner", "src": "/runs/r/orbite-sim-runner.pyz", "sha256": SHA_RUNNER,
+         "file": "orbite-sim-runner.pyz"},
+        {"name": "verbs_library", "src": "/build/provider/libibverbs.so.1", "sha256": SHA_LIB,
+         "file": "native/libibverbs.so.1"},
+        {"name": "accounting", "src": "/build/liborbite_accounting.so", "sha256": SHA_ACC,
+         "file": "native/liborbite_accounting.so"},
+        {"name": "cq_fault", "src": None, "sha256": None, "file": None}]
+    assert source["preloads"] == {"accounting": {"file": "native/liborbite_accounting.so", "sha256": SHA_ACC}}
+
+
+def test_node_launch_puts_the_plan_under_the_nodes_run_directory(tmp_path):
+    entry = node_launch(_launch(tmp_path)["roles"]["requester"], "/var/tmp/orbite/run-1", "/usr/bin/python3")
+    assert entry["runner_argv"] == ["/usr/bin/python3", "/var/tmp/orbite/run-1/orbite-sim-runner.pyz"]
+    assert entry["runner_sha256"] == SHA_RUNNER
+    assert entry["verbs_library"] == {"path": "/var/tmp/orbite/run-1/native/libibverbs.so.1", "sha256": SHA_LIB}
+    assert [(e["name"], e["dest"]) for e in entry["deploy"]] == [
+        ("runner", "/var/tmp/orbite/run-1/orbite-sim-runner.pyz"),
+        ("verbs_library", "/var/tmp/orbite/run-1/native/libibverbs.so.1"),
+        ("uverbs_fault", "/var/tmp/orbite/run-1/native/liborbite_uverbs_fault.so"),
+        ("accounting", "/var/tmp/orbite/run-1/native/liborbite_accounting.so")]
+    assert entry["preloads"]["uverbs_fault"] == {"path": "/var/tmp/orbite/run-1/native/liborbite_uverbs_fault.so",
+                                                 "sha256": SHA_FAULT}
+
+
+def test_a_native_runner_runs_its_binary_and_deploys_only_the_labs_provider(tmp_path):
+    artifacts = dict(ARTIFACTS, runner={"kind": "native", "path": "/opt/orbite/bin/orbite", "sha256": SHA_RUNNER})
+    launch = _launch(tmp_path, runner_kind="native", artifacts=artifacts, defects=())
+    entry = node_launch(launch["roles"]["source"], "/w/run-1", "/usr/bin/python3")
+    assert entry["runner_argv"] == ["/opt/orbite/bin/orbite"]
+    assert [e["name"] for e in entry["deploy"]] == ["verbs_library"] and entry["preloads"] == {}
+    # On real hosts (no lab provider pinned) nothing is deployed and the system's library is loaded.
+    launch = _launch(tmp_path / "real", runner_kind="native", artifacts=dict(artifacts, verbs_library=None),
+                     defects=())
+    entry = node_launch(launch["roles"]["source"], "/w/run-1", "/usr/bin/python3")
+    assert entry["deploy"] == [] and entry["verbs_library"] is None
+
+
+def test_the_module_casts_a_survey_string_and_names_the_variable_when_bad(tmp_path):
+    from helpers.modules import run_module
+
+    base = {"run_dir": str(tmp_path / "run"), "run_id": "run-1", "cases": [{"id": "a", "profile": PROFILE}]}
+    result = run_module("run_plan", tmp_path, dict(base, defects="corrupt_byte, extra_qp"))
+    assert not result.get("failed"), result
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["defects"] == ["corrupt_byte", "extra_qp"]
+    bad = run_module("run_plan", tmp_path, dict(base, run_dir=str(tmp_path / "b" / "run"), defects={"a": 1}))
+    assert bad["failed"] is True and bad["code"] == "run_plan.invalid"
+    assert bad["msg"].startswith("defects (orbite_runner_defects)={'a': 1}: must be a list of defect switch")
+    assert not (tmp_path / "b" / "run").exists()  # refused before anything is written
