@@ -28,7 +28,9 @@ def scanned_files():
     for pattern in SCANNED:
         for path in REPO.rglob(pattern):
             relative = path.relative_to(REPO)
-            if not SKIPPED_DIRS.intersection(relative.parts[:-1]) and relative != SELF:
+            folders = relative.parts[:-1]
+            hidden = any(part.startswith(".") for part in folders)  # .venv-ansible-2.17 and the like
+            if not hidden and not SKIPPED_DIRS.intersection(folders) and relative != SELF:
                 yield relative
 
 
