@@ -46,14 +46,16 @@ def build_provider(out, san=False):
     return os.path.join(str(out), "provider")
 
 
-def write_provider_host(root, index, hostname):
-    """A sim-lab host (two mlx5-like RoCE devices) whose IPv4 GIDs (index 2/3) are 127.0.<index+1>.1x."""
+def write_provider_host(root, index, hostname, address=None):
+    """A sim-lab host (two mlx5-like RoCE devices) whose IPv4 GIDs (index 2/3) are 127.0.<index+1>.1x, or
+    address(k) for device k."""
     from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
 
     spec = fake_sysfs.sim_host_spec(index, hostname)
     for k, dev in enumerate(spec["devices"]):
         gids = dev["ports"][0]["gids"]
-        gids["2"], gids["3"] = fake_sysfs.roce_gid_pair(f"127.0.{index + 1}.{10 + k}", gids["2"]["ndev"])
+        ip = address(k) if address else f"127.0.{index + 1}.{10 + k}"
+        gids["2"], gids["3"] = fake_sysfs.roce_gid_pair(ip, gids["2"]["ndev"])
     fake_sysfs.write_host(str(root), spec)
     return root
 

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 from helpers import observer_log
-from helpers.native import HELD_KINDS, SANITIZER_MARKS, libasan, verbs_headers_missing
+from helpers.native import HELD_KINDS, SANITIZER_MARKS, libasan, verbs_headers_missing, write_provider_host
 from helpers.paths import REPO
 
-from ansible_collections.orbite.qualification.plugins.module_utils._sim import fake_sysfs
 
 OBSERVERS = REPO / "observers"
 HELD = HELD_KINDS
@@ -76,21 +75,10 @@ def plain(tmp_path_factory):
     return Build(out, None)
 
 
-def _write_host(root, index, hostname, address=None):
-    """A sim-lab host (two mlx5-like RoCE devices) whose IPv4 GIDs (index 2/3) are on loopback."""
-    spec = fake_sysfs.sim_host_spec(index, hostname)
-    for k, dev in enumerate(spec["devices"]):
-        gids = dev["ports"][0]["gids"]
-        ip = address(k) if address else f"127.0.{index + 1}.{10 + k}"
-        gids["2"], gids["3"] = fake_sysfs.roce_gid_pair(ip, gids["2"]["ndev"])
-    fake_sysfs.write_host(str(root), spec)
-    return root
-
-
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     base = tmp_path_factory.mktemp("hosts")
-    return (_write_host(base / "sim-a", 0, "sim-a"), _write_host(base / "sim-b", 1, "sim-b"))
+    return (write_provider_host(base / "sim-a", 0, "sim-a"), write_provider_host(base / "sim-b", 1, "sim-b"))
 
 
 # ----------------------------------------------------------------- running --
@@ -286,7 +274,7 @@ def test_ctypes_opens_a_device_and_registers_memory(plain, hosts):
 
 def test_a_device_whose_gid_addresses_are_not_local_names_them(plain, tmp_path):
     """198.51.100.x is not configured here: creating a QP fails with EADDRNOTAVAIL and says why."""
-    root = _write_host(tmp_path / "far", 5, "far", address=lambda k: f"198.51.100.{200 + k}")
+    root = write_provider_host(tmp_path / "far", 5, "far", address=lambda k: f"198.51.100.{200 + k}")
     script = textwrap.dedent(
         """
         import ctypes
