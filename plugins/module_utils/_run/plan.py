@@ -114,7 +114,9 @@ def _role_generations(observers, role, generations):
         env = {}
         for entry in entries:
             env.update(entry.get("env") or {})
-        plans.append({"generation": generation, "observers": [o["tool"] for o in entries], "env": env})
+        # A tool listed case-wide and for one generation is preloaded once.
+        tools = list(dict.fromkeys(o["tool"] for o in entries))
+        plans.append({"generation": generation, "observers": tools, "env": env})
     return plans
 
 

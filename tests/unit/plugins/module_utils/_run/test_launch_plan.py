@@ -97,3 +97,13 @@ def test_the_module_casts_a_survey_string_and_names_the_variable_when_bad(tmp_pa
     assert bad["failed"] is True and bad["code"] == "run_plan.invalid"
     assert bad["msg"].startswith("defects (orbite_runner_defects)={'a': 1}: must be a list of defect switch")
     assert not (tmp_path / "b" / "run").exists()  # refused before anything is written
+
+
+def test_a_tool_listed_case_wide_and_for_a_generation_is_preloaded_once(tmp_path):
+    case = {"id": "cf", "profile": PROFILE, "workload": {"observers": [
+        {"tool": "accounting", "role": "requester"},
+        {"tool": "accounting", "role": "requester", "generation": 1, "env": {"ORBITE_ACC": "g1"}}]}}
+    write_plan(str(tmp_path), "run-1", [case], runner_kind="sim", defects=[], artifacts=ARTIFACTS)
+    requester = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())["launch"]["roles"]["requester"]
+    assert [g["observers"] for g in requester["generations"]] == [["accounting"], ["accounting"]]
+    assert requester["generations"][0]["env"] == {"ORBITE_ACC": "g1"}
