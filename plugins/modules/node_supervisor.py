@@ -23,7 +23,7 @@ description:
     and ended with SIGTERM, then SIGKILL after 5 s; the journal and RV(summary) (C(reason=escalated),
     C(escalation)) say so.
   - One start per run directory at a time (concurrent starts are serialised); a V(started) that
-    finds a supervisor already running with other locks fails C(already_running), and one that
+    finds a supervisor already running with other locks fails C(supervisor.already_running), and one that
     finds a hung supervisor whose lease ran out ends it (pid and start time checked) and takes over.
   - See C(docs/supervisor.md) for the lifecycle, the lock file format and the journal schema.
 author:
@@ -251,13 +251,14 @@ summary:
     released: [{rnic: mlx5_1, path: /run/orbite/locks/mlx5_1.lock}, {rnic: mlx5_0, path: /run/orbite/locks/mlx5_0.lock}]
     journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl
 error:
-  description: Stable failure code (C(lock_timeout), C(identity_mismatch), C(children_running),
-    C(already_running), C(unresponsive), C(journal_error), ...).
+  description: Stable failure code (C(supervisor.lock_timeout), C(supervisor.identity_mismatch),
+    C(supervisor.children_running), C(supervisor.already_running), C(supervisor.unresponsive),
+    C(supervisor.journal_error), ...).
   returned: failure
   type: str
-  sample: lock_timeout
+  sample: supervisor.lock_timeout
 owner:
-  description: The lock file record of the current holder when C(error) is C(lock_timeout).
+  description: The lock file record of the current holder when C(error) is C(supervisor.lock_timeout).
   returned: failure
   type: dict
   sample: {schema: orbite.rnic-lock, version: 1, rnic: mlx5_0, state: held, run_id: ra-0-read-polling,
@@ -269,7 +270,7 @@ code:
       C(deploy.mismatch), C(deploy.invalid) or C(deploy.unpinned) when a file of O(deploy) is not the run's.
   returned: failure
   type: str
-  sample: lock_timeout
+  sample: supervisor.lock_timeout
 """
 
 from ansible.module_utils.basic import AnsibleModule

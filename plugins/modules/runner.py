@@ -74,7 +74,7 @@ options:
       - The run's ID, echoed into the ledger. Required with O(state=started).
       - Like every name (RNIC, registration, observer), 1 to 64 ASCII letters, digits, C(.), C(_) or
         C(-), starting with a letter or digit; anything else (a trailing newline, a look-alike
-        letter) is refused with C(bad_input).
+        letter) is refused with C(runner.bad_input).
     type: str
   generation:
     description: Process generation (1 for single-generation modes).
@@ -351,12 +351,13 @@ progress_line:
   type: str
   sample: case read-polling requester g1 round 2/3, 43 of 64 WRs (12.4 s)
 code:
-  description: Stable failure code (C(bad_input), C(hash_mismatch) (a runner, observer or verbs library that is
-    not its pin), C(output_not_empty), C(launch_failed), C(exited_before_ready), C(ready_invalid), C(ready_mismatch),
-    C(ready_timeout), C(exited_before_restart_point), C(restart_point_mismatch), C(timeout), ...).
+  description: Stable failure code (C(runner.bad_input), C(runner.hash_mismatch) (a runner, observer or verbs
+    library that is not its pin), C(runner.output_not_empty), C(runner.launch_failed), C(runner.exited_before_ready),
+    C(runner.ready_invalid), C(runner.ready_mismatch), C(runner.ready_timeout), C(runner.exited_before_restart_point),
+    C(runner.restart_point_mismatch), C(runner.timeout), ...).
   returned: failure
   type: str
-  sample: hash_mismatch
+  sample: runner.hash_mismatch
 """
 
 from ansible.module_utils.basic import AnsibleModule

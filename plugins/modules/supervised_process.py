@@ -42,7 +42,7 @@ options:
   exe_sha256:
     description:
       - V(launch) only; the pinned sha256 of C(argv[0]). The supervisor then runs C(argv[0]) only
-        from a copy it made while checking that hash (a mismatch fails with C(hash_mismatch)).
+        from a copy it made while checking that hash (a mismatch fails with C(supervisor.hash_mismatch)).
     type: str
   argv_pins:
     description:
@@ -50,7 +50,7 @@ options:
         interpreter, its case file), as argv index (decimal text) to the pinned sha256, or null.
       - The supervisor copies each one into a sealed anonymous file while hashing it and passes the
         copy's C(/proc/self/fd/N) in place of the entry, so what the child reads is what was hashed;
-        a sha256 is checked (C(hash_mismatch) otherwise), null only records the hash in the journal
+        a sha256 is checked (C(supervisor.hash_mismatch) otherwise), null only records the hash in the journal
         (C(child_start) C(pinned)). Index C(0) is C(argv[0]), exec'd from its copy (as O(exe_sha256)).
       - Keys and values as in docs/supervisor.md (launch request).
     type: dict
@@ -58,7 +58,7 @@ options:
     description:
       - V(launch) only; argv indexes pinned by O(argv_pins) whose file is a small JSON object (at most
         256 KiB, such as the runner's case file). The journal's C(child_start) records it whole, so what
-        the child was told is on record. A file that is not a JSON object fails the launch (C(pin_failed)).
+        the child was told is on record. A file that is not a JSON object fails the launch (C(supervisor.pin_failed)).
     type: list
     elements: int
   env_pins:
@@ -84,7 +84,7 @@ options:
     description:
       - V(launch) only; libraries for C(LD_PRELOAD), in load order, each pinned to its sha256.
       - The supervisor copies each one into a sealed anonymous file while hashing it, refuses a
-        mismatch (C(hash_mismatch)), and preloads the copy, so the bytes loaded are the bytes checked.
+        mismatch (C(supervisor.hash_mismatch)), and preloads the copy, so the bytes loaded are the bytes checked.
     type: list
     elements: dict
     default: []
@@ -215,7 +215,7 @@ env_stripped:
   elements: str
   sample: [RDMAV_ALLOW_DISASSOC_DESTROY]
 error:
-  description: Stable failure code from the supervisor (C(signal_refused), C(unknown_child), ...).
+  description: Stable failure code from the supervisor (C(supervisor.signal_refused), C(supervisor.unknown_child), ...).
   returned: failure
   type: str
   sample: unknown_child

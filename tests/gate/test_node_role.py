@@ -147,7 +147,7 @@ def test_supervised_process_module_launch_wait_signal(module_results):
     assert res["launched"]["changed"] is True and child["running"] is True
     assert res["waited"]["timed_out"] is True and res["waited"]["child"]["pid"] == child["pid"]
     wrong = res["wrong_signal"]
-    assert wrong["failed"] is True and wrong["error"] == "signal_refused" and "start time" in wrong["msg"]
+    assert wrong["failed"] is True and wrong["error"] == "supervisor.signal_refused" and "start time" in wrong["msg"]
     done = res["signalled"]["child"]
     assert done["exit_signal"] == 15 and done["running"] is False and not alive(child["pid"])
     assert res["proc_stop"]["summary"]["locks_released"] is True

@@ -48,7 +48,7 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
 
 def makedirs_private(path: str) -> None:
     """Create ``path`` and every missing parent with mode 0700 (os.makedirs gives the leaf only its
-    mode); a directory that exists keeps its mode."""
+    mode); a directory that exists keeps its mode (private_dir also makes the leaf private)."""
     path = os.path.abspath(path)
     if os.path.isdir(path):
         return
@@ -58,6 +58,36 @@ def makedirs_private(path: str) -> None:
     except FileExistsError:
         if not os.path.isdir(path):
             raise
+        return  # made meanwhile by someone else: it keeps its mode
+    os.chmod(path, 0o700)  # a umask may have taken bits of ours
+
+
+class NotPrivateDir(OrbiteError):
+    """A directory that must be private is a link, not a directory, or another user's."""
+
+    code = "file.not_private"
+
+
+def private_dir(path: str, what: str = "directory") -> str:
+    """The collection's one maker of a private directory: ``path`` and its missing parents created 0700, then
+    ``path`` itself opened without following a link, checked to be a directory of the effective user and made
+    0700 through that descriptor (an existing directory of ours is tightened, never trusted by its path alone).
+    Returns the absolute path; NotPrivateDir names ``what``, the path and the rule otherwise."""
+    path = os.path.abspath(path)
+    makedirs_private(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NotPrivateDir(f"{what} {path}: {exc.strerror or exc}; rule: a real directory (not a link) of uid "
+                            f"{os.geteuid()}") from None
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            raise NotPrivateDir(f"{what} {path}: is owned by uid {owner}; rule: a directory of uid {os.geteuid()}")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
 
 
 def atomic_write_text(path: str, text: str, mode: int = 0o600) -> None:

@@ -24,7 +24,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet import plan as fleet_plan
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet import verdict as fleet_verdict
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import make_private_dirs
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import makedirs_private
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import VerdictWriteError, verify_run
 
 PLAN_NAME = "fleet.json"
@@ -64,7 +64,7 @@ def start(fleet_dir, plan, cases, slice_name=None, check_mode=False):
     doc = dict(plan, slice=slice_name or None, fleet_dir=fleet_dir, cases=list(cases))
     if check_mode:
         return out, doc
-    make_private_dirs(out)
+    makedirs_private(out)
     atomic_write_json(os.path.join(out, PLAN_NAME), doc)
     fleet_verdict.write_fleet_verdict(fleet_verdict.fleet_verdict(doc, cases, {}, final=False), out)
     return out, doc

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.bytecode import checked_pyc
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import read_regular_bytes
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import private_dir, read_regular_bytes
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
     LockInputError,
@@ -246,7 +246,8 @@ class SupervisorClient:
                 f"{payload.get('op')} (it may have exited)"
             ) from None
         if not resp.get("ok"):
-            raise SupervisorRequestError(str(resp.get("msg", "request failed")), str(resp.get("error", "error")), resp)
+            raise SupervisorRequestError(str(resp.get("msg", "request failed")),
+                                         str(resp.get("error", "supervisor.error")), resp)
         return resp
 
     def alive(self) -> bool:
@@ -450,8 +451,8 @@ def stop_failure(exc: SupervisorError) -> Dict:
     ``running``, and the stop's partial ``summary`` when only its journal could not be closed."""
     if not isinstance(exc, SupervisorRequestError):
         return {"error": type(exc).__name__}
-    details = {"error": exc.code, "running": exc.code != "journal_error"}
-    if exc.code == "journal_error":
+    details = {"error": exc.code, "running": exc.code != "supervisor.journal_error"}
+    if exc.code == "supervisor.journal_error":
         details["summary"] = {k: v for k, v in exc.response.items() if k not in ("ok", "error", "msg")}
     return details
 
@@ -493,8 +494,7 @@ def install_program(run_dir: str) -> str:
     checked-hash bytecode in __pycache__ where its loader holds the code (the supervisor, this interpreter, then
     compiles nothing at its start: about 50 ms less; another interpreter or a changed source compiles as before)."""
     lib = os.path.join(run_dir, LIB_DIR)
-    os.makedirs(lib, mode=0o700, exist_ok=True)
-    os.chmod(lib, 0o700)
+    private_dir(lib, "the supervisor's program directory")
     for name in PROGRAM_MODULES:
         parts = name.split(".")
         for depth in range(1, len(parts)):
@@ -584,7 +584,7 @@ def start_supervisor(run_dir: str, run_id: str, locks: List[str], lock_dir: str,
     except OSError as exc:  # permissions, full disk, missing interpreter: an error, not a traceback
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         raise SupervisorStartError(f"starting the supervisor in {run_dir}: {exc.strerror or exc}{where}",
-                                   "os_error", {}) from None
+                                   "supervisor.os_error", {}) from None
 
 
 class _StartLock:
@@ -609,7 +609,7 @@ class _StartLock:
                 os.close(self.fd)
                 self.fd = -1
                 raise SupervisorStartError(f"another start in {os.path.dirname(self.path)} did not finish within "
-                                           f"{self.timeout:.0f} s", "start_busy", {})
+                                           f"{self.timeout:.0f} s", "supervisor.start_busy", {})
             time.sleep(0.01)
 
     def __exit__(self, *_exc):
@@ -652,7 +652,7 @@ def _check_running(client: SupervisorClient, root: str) -> None:
         if record is not None and isinstance(record.get("lease_expires"), (int, float)):
             left = f"; its lease ends in {max(0.0, record['lease_expires'] - daemon.boottime()):.0f} s"
         raise SupervisorStartError(f"a supervisor holds {client.run_dir} but does not answer{left}; it is killed "
-                                   "once its lease has run out", "unresponsive", {"lease": record})
+                                   "once its lease has run out", "supervisor.unresponsive", {"lease": record})
     if daemon.supervisor_answers(client.run_dir):  # serving after all: its lease record is stale, it is not hung
         status = client.status(timeout=STATUS_TIMEOUT_S)
         raise SupervisorAlreadyRunning(
@@ -664,7 +664,8 @@ def _check_running(client: SupervisorClient, root: str) -> None:
                                          by=f"start (pid {os.getpid()})")
     if client.alive():
         raise SupervisorStartError(f"the hung supervisor of {client.run_dir} could not be ended "
-                                   f"({outcome['why_not'] or 'still alive'})", "unresponsive", {"lease": record})
+                                   f"({outcome['why_not'] or 'still alive'})", "supervisor.unresponsive",
+                                   {"lease": record})
 
 
 def _start_supervisor(
@@ -718,13 +719,15 @@ def _start_supervisor(
         _write_private(cfg_path, json.dumps(cfg, indent=1) + "\n")
         msg = _spawn_and_wait(run_dir, cfg_path, main, python, start_window)
     if not msg.get("ok"):
-        raise SupervisorStartError(str(msg.get("msg", "supervisor failed to start")), str(msg.get("error", "error")),
+        raise SupervisorStartError(str(msg.get("msg", "supervisor failed to start")),
+                                   str(msg.get("error", "supervisor.error")),
                                    msg)
     got = sorted(lk.get("rnic") for lk in msg.get("locks") or [] if isinstance(lk, dict))
     if msg.get("run_id") != run_id or got != sorted(locks):
         # Cannot happen with the start lock and the run lock; never report "ready" for other locks.
         raise SupervisorStartError(f"the supervisor in {run_dir} reported ready for run {quote(msg.get('run_id'))} "
-                                   f"holding {got}, not run {run_id} holding {sorted(locks)}", "ready_mismatch", msg)
+                                   f"holding {got}, not run {run_id} holding {sorted(locks)}",
+                                   "supervisor.ready_mismatch", msg)
     return msg
 
 
@@ -760,7 +763,8 @@ def _spawn_and_wait(run_dir: str, cfg_path: str, main: str, python: Optional[str
             if left <= 0:
                 _kill_unready(run_dir)
                 raise SupervisorStartError(
-                    f"supervisor in {run_dir} did not report ready in time{_log_tail(run_dir)}", "start_timeout", {}
+                    f"supervisor in {run_dir} did not report ready in time{_log_tail(run_dir)}",
+                    "supervisor.start_timeout", {}
                 )
             ready = select.select([read_fd], [], [], left)[0]
             if ready:
@@ -778,7 +782,8 @@ def _spawn_and_wait(run_dir: str, cfg_path: str, main: str, python: Optional[str
         msg = None
     if not isinstance(msg, dict):
         raise SupervisorStartError(
-            f"supervisor in {run_dir} exited without a ready message{_log_tail(run_dir)}", "start_crashed", {}
+            f"supervisor in {run_dir} exited without a ready message{_log_tail(run_dir)}",
+            "supervisor.start_crashed", {}
         )
     return msg
 

@@ -71,6 +71,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     RUN_LOCK_NAME,
     SOCKET_NAME,
     RequestError,
+    bad_request,
     check_config,
     number_in_range,
     signal_name,
@@ -344,7 +345,7 @@ class Supervisor:
             before = read_identity(cfg["root"])
         except IdentityError as exc:
             self.journal.note("identity_check", stage="before_locks", ok=False, error=str(exc))
-            return self._fail_start("identity_error", str(exc))
+            return self._fail_start("supervisor.identity_error", str(exc))
         self.boot_id = before["boot_id"]
         expected = {
             "hostname": cfg.get("hostname") or before["hostname"],
@@ -369,9 +370,9 @@ class Supervisor:
                 self.journal.note(
                     "lock_timeout", rnic=rnic, current_owner=exc.owner, waited_s=float(cfg["lock_timeout"])
                 )
-                return self._fail_start("lock_timeout", str(exc), rnic=rnic, owner=exc.owner)
+                return self._fail_start("supervisor.lock_timeout", str(exc), rnic=rnic, owner=exc.owner)
             except (LockError, OSError) as exc:
-                return self._fail_start("lock_error", f"RNIC lock {rnic}: {exc}", rnic=rnic)
+                return self._fail_start("supervisor.lock_error", f"RNIC lock {rnic}: {exc}", rnic=rnic)
             self.locks.append(lock)
             self.journal.event(
                 "lock_acquire",
@@ -388,7 +389,7 @@ class Supervisor:
             observed = read_identity(cfg["root"])
         except IdentityError as exc:
             self.journal.note("identity_check", stage="inside_locks", ok=False, error=str(exc))
-            return self._fail_start("identity_error", str(exc))
+            return self._fail_start("supervisor.identity_error", str(exc))
         mismatch = identity_mismatches(expected, observed)
         self.journal.event(
             "identity_check",
@@ -402,16 +403,16 @@ class Supervisor:
             text = "; ".join(
                 f"{k} is {v['observed']!r}, expected {v['expected']!r}" for k, v in sorted(mismatch.items())
             )
-            return self._fail_start("identity_mismatch", "node identity changed: " + text, mismatch=mismatch)
+            return self._fail_start("supervisor.identity_mismatch", "node identity changed: " + text, mismatch=mismatch)
         self.identity = observed
         try:
             self._publish_lease()
         except OSError as exc:
-            return self._fail_start("os_error", f"lease record {self.lease_path}: {exc.strerror or exc}")
+            return self._fail_start("supervisor.os_error", f"lease record {self.lease_path}: {exc.strerror or exc}")
         try:
             self._listen()
         except OSError as exc:
-            return self._fail_start("socket_error", f"control socket {self.socket_path}: {exc}")
+            return self._fail_start("supervisor.socket_error", f"control socket {self.socket_path}: {exc}")
         self.journal.event("ready", socket=self.socket_path, pid=self.pid)
         self.journal.sync()
         self._tell_launcher(
@@ -547,7 +548,7 @@ class Supervisor:
         if peer_uid != os.geteuid():
             self.journal.note("connection_refused", peer_pid=peer_pid, peer_uid=peer_uid)
             msg = f"peer uid {peer_uid} is not the supervisor's uid {os.geteuid()}"
-            self._respond(conn, {"ok": False, "error": "forbidden", "msg": msg})
+            self._respond(conn, {"ok": False, "error": "supervisor.forbidden", "msg": msg})
             return
         if len(self.buffers) >= MAX_IDLE_CONNECTIONS:
             self._shed_oldest_idle()
@@ -560,14 +561,15 @@ class Supervisor:
         if not self.accepted_at:
             return False
         oldest = min(self.accepted_at, key=self.accepted_at.get)
-        self._respond(oldest, {"ok": False, "error": "busy", "msg": "too many idle connections; this one was "
-                                                                    "closed before it sent a request"}, wait=False)
+        self._respond(oldest, {"ok": False, "error": "supervisor.busy",
+                               "msg": "too many idle connections; this one was closed before it sent a request"},
+                      wait=False)
         return True
 
     def _close_idle(self, now: float) -> None:
         for conn, since in list(self.accepted_at.items()):
             if now - since > IDLE_CONNECTION_S:
-                self._respond(conn, {"ok": False, "error": "bad_request",
+                self._respond(conn, {"ok": False, "error": "supervisor.bad_request",
                                      "msg": f"no request line within {IDLE_CONNECTION_S:g} s"}, wait=False)
 
     def _drop(self, conn: socket.socket) -> None:
@@ -606,7 +608,7 @@ class Supervisor:
             return
         buf.extend(data)
         if len(buf) > MAX_REQUEST_BYTES:
-            self._respond(conn, {"ok": False, "error": "bad_request", "msg": "request larger than 1 MiB"})
+            self._respond(conn, {"ok": False, "error": "supervisor.bad_request", "msg": "request larger than 1 MiB"})
             return
         if b"\n" not in buf:
             return
@@ -618,14 +620,14 @@ class Supervisor:
                 raise ValueError("not an object")
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             msg = f"request is not a JSON object: {quote(str(exc))}"
-            self._respond(conn, {"ok": False, "error": "bad_request", "msg": msg})
+            self._respond(conn, {"ok": False, "error": "supervisor.bad_request", "msg": msg})
             return
         try:
             resp = self._dispatch(conn, req)
         except RequestError as exc:
             resp = {"ok": False, "error": exc.code, "msg": exc.msg}
         except JournalError as exc:
-            resp = {"ok": False, "error": "journal_error", "msg": str(exc)}
+            resp = {"ok": False, "error": "supervisor.journal_error", "msg": str(exc)}
         if resp is not None:
             self._respond(conn, resp)
 
@@ -640,7 +642,7 @@ class Supervisor:
             "stop": self.op_stop,
         }.get(op) if isinstance(op, str) else None
         if handler is None:
-            raise RequestError("bad_request", f"op {quote(op)}: must be one of {', '.join(OPS)}")
+            raise bad_request(f"op {quote(op)}: must be one of {', '.join(OPS)}")
         return handler(conn, req)
 
     # -- operations -----------------------------------------------------------------------------
@@ -671,7 +673,7 @@ class Supervisor:
     def op_renew(self, _conn, req) -> Dict:
         lease = req.get("lease", self.lease)
         if not number_in_range(lease, 0, MAX_LEASE_S, low_open=True):
-            raise RequestError("bad_request",
+            raise bad_request(
                                f"lease {quote(lease)}: must be a number of seconds in (0, {MAX_LEASE_S}]")
         self.journal.event("lease_renew", lease_s=float(lease))  # a renewal that cannot be journaled is not made
         self.lease = float(lease)
@@ -679,8 +681,8 @@ class Supervisor:
         try:
             self._publish_lease()
         except OSError as exc:
-            raise RequestError("os_error", f"lease renewed but not recorded in {self.lease_path} or the lock "
-                                           f"files: {exc.strerror or exc}") from None
+            raise RequestError("supervisor.os_error", f"lease renewed but not recorded in {self.lease_path} or "
+                                                      f"the lock files: {exc.strerror or exc}") from None
         return {"ok": True, "lease_s": self.lease, "lease_remaining_s": self.lease}
 
     def op_launch(self, _conn, req) -> Dict:
@@ -712,7 +714,7 @@ class Supervisor:
                     pins.append((what, pin_file(lib["path"], lib["sha256"], what, executable=False)))
                     preload.append(pins[-1][1])
             except PinError as exc:
-                code = "hash_mismatch" if isinstance(exc, PinMismatch) else "pin_failed"
+                code = "supervisor.hash_mismatch" if isinstance(exc, PinMismatch) else "supervisor.pin_failed"
                 self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=code,
                                   msg=str(exc))
                 raise RequestError(code, str(exc)) from None
@@ -729,7 +731,7 @@ class Supervisor:
                 keeper, pid = spawn_tree(argv, exe, env, spec["cwd"], tuple(files), [p.fd for _what, p in pins])
             except OSError as exc:
                 self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=str(exc))
-                raise RequestError("launch_failed", f"launching {quote(spec['argv'])} failed: "
+                raise RequestError("supervisor.launch_failed", f"launching {quote(spec['argv'])} failed: "
                                                     f"{exc.strerror or exc}") from None
         finally:
             for fd in files:
@@ -777,17 +779,17 @@ class Supervisor:
     def _child(self, req: Dict) -> Child:
         child_id = req.get("child_id")
         if not isinstance(child_id, str) or not _CHILD_ID_RE.fullmatch(child_id):
-            raise RequestError("bad_request", f"child_id {quote(child_id)}: must look like c1, c2, ...")
+            raise bad_request(f"child_id {quote(child_id)}: must look like c1, c2, ...")
         child = self.children.get(child_id)
         if child is None:
-            raise RequestError("unknown_child", f"child_id {child_id}: no such child of this supervisor")
+            raise RequestError("supervisor.unknown_child", f"child_id {child_id}: no such child of this supervisor")
         return child
 
     @staticmethod
     def _timeout(req: Dict, default: float) -> float:
         val = req.get("timeout", default)
         if not number_in_range(val, 0, 86400):
-            raise RequestError("bad_request", f"timeout {quote(val)}: must be a number of seconds in [0, 86400]")
+            raise bad_request(f"timeout {quote(val)}: must be a number of seconds in [0, 86400]")
         return float(val)
 
     def op_wait(self, conn, req) -> Optional[Dict]:
@@ -805,7 +807,7 @@ class Supervisor:
         timeout = self._timeout(req, KILL_REAP_TIMEOUT_S)
         reap = req.get("reap", True)
         if not isinstance(reap, bool):
-            raise RequestError("bad_request", f"reap {quote(reap)}: must be true or false")
+            raise bad_request(f"reap {quote(reap)}: must be true or false")
         want_pid, want_start = req.get("pid"), req.get("start_time")
         self._reap()
         reason = None
@@ -830,7 +832,7 @@ class Supervisor:
                 signal_name=signal_name(signum),
                 reason=reason,
             )
-            raise RequestError("signal_refused", reason)
+            raise RequestError("supervisor.signal_refused", reason)
         self.journal.event(
             "signal",
             child_id=child.child_id,
@@ -849,18 +851,19 @@ class Supervisor:
     def op_stop(self, conn, req) -> Optional[Dict]:
         force = req.get("force", False)
         if not isinstance(force, bool):
-            raise RequestError("bad_request", f"force {quote(force)}: must be true or false")
+            raise bad_request(f"force {quote(force)}: must be true or false")
         self._reap()
         running = [c for c in self.children.values() if not c.exited]
         if running and not force:
             listed = ", ".join(f"{c.child_id} (pid {c.pid})" for c in running)
             self.journal.note("stop_refused", running=[c.child_id for c in running])
             raise RequestError(
-                "children_running", f"{len(running)} children still running: {listed}; stop with force to kill them"
+                "supervisor.children_running",
+                f"{len(running)} children still running: {listed}; stop with force to kill them",
             )
         summary = self._shutdown("stop", force=force)
         if summary["journal_error"]:
-            answer = dict(summary, ok=False, error="journal_error",
+            answer = dict(summary, ok=False, error="supervisor.journal_error",
                           msg=f"stopped and {'released every lock' if summary['locks_released'] else 'exited'}, "
                               f"but the journal is incomplete: {summary['journal_error']}")
         else:
@@ -915,7 +918,7 @@ class Supervisor:
                         p.conn,
                         {
                             "ok": False,
-                            "error": "not_reaped",
+                            "error": "supervisor.not_reaped",
                             "child": p.child.public(),
                             "msg": f"child {p.child.child_id} (pid {p.child.pid}) still running "
                             "after the signal and the timeout",
@@ -996,7 +999,7 @@ class Supervisor:
                 p.conn,
                 {
                     "ok": False,
-                    "error": "supervisor_stopped",
+                    "error": "supervisor.supervisor_stopped",
                     "child": p.child.public(),
                     "msg": f"supervisor stopped ({reason})",
                 },
@@ -1091,11 +1094,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         cfg = _load_config(args.config)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        _tell(args.ready_fd, {"ok": False, "error": "bad_request", "msg": f"configuration {args.config}: {exc}"})
+        _tell(args.ready_fd, {"ok": False, "error": "supervisor.bad_request",
+                              "msg": f"configuration {args.config}: {exc}"})
         return 2
     problem = check_config(cfg)
     if problem is not None:  # the supervisor's own check: nothing is created, locked or journaled
-        _tell(args.ready_fd, {"ok": False, "error": "bad_request", "msg": problem})
+        _tell(args.ready_fd, {"ok": False, "error": "supervisor.bad_request", "msg": problem})
         return 2
     if not args.foreground:
         _detach()
@@ -1105,10 +1109,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         run_lock = _take_run_lock(run_dir)
     except OSError as exc:
-        _tell(args.ready_fd, {"ok": False, "error": "os_error", "msg": f"run lock in {run_dir}: {exc.strerror}"})
+        _tell(args.ready_fd, {"ok": False, "error": "supervisor.os_error",
+                              "msg": f"run lock in {run_dir}: {exc.strerror}"})
         return 1
     if run_lock is None:
-        _tell(args.ready_fd, {"ok": False, "error": "already_running",
+        _tell(args.ready_fd, {"ok": False, "error": "supervisor.already_running",
                               "msg": f"another supervisor holds {os.path.join(run_dir, RUN_LOCK_NAME)}"})
         return 1
     try:
@@ -1120,7 +1125,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             os.close(fd)
         sup = Supervisor(cfg, args.ready_fd)
     except (OSError, JournalError) as exc:  # a full disk, say: say so on the ready pipe
-        code = "journal_error" if isinstance(exc, JournalError) else "os_error"
+        code = "supervisor.journal_error" if isinstance(exc, JournalError) else "supervisor.os_error"
         text = str(exc) if isinstance(exc, JournalError) else (exc.strerror or str(exc))
         _tell(args.ready_fd, {"ok": False, "error": code, "msg": f"cannot start in {run_dir}: {text}"})
         try:
@@ -1132,7 +1137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             rc = sup.start()
         except JournalError as exc:  # the disk filled up during the start: a coded failure, nothing held
-            rc = sup._fail_start("journal_error", str(exc))
+            rc = sup._fail_start("supervisor.journal_error", str(exc))
         if rc != 0:
             return rc
         return sup.serve()
@@ -1142,7 +1147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sup._release_locks()
         sup.journal.close(reason="internal_error", children=len(sup.children),
                           locks_released=all(not lk.held for lk in sup.locks))
-        sup._tell_launcher({"ok": False, "error": "internal", "msg": f"{type(exc).__name__}: {exc}"})
+        sup._tell_launcher({"ok": False, "error": "supervisor.internal", "msg": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
         try:

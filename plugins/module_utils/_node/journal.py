@@ -32,7 +32,7 @@ _TAIL_BYTES = 1 << 16
 class JournalError(OrbiteError):
     """An event could not be written whole (disk full, I/O error, journal closed)."""
 
-    code = "journal_error"
+    code = "supervisor.journal_error"
 
 
 def write_whole_line(fd: int, data: bytes, what: str) -> None:

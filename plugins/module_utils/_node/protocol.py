@@ -66,15 +66,20 @@ class RequestError(OrbiteError):
         self.msg = msg
 
 
+def bad_request(msg: str) -> RequestError:
+    """The error of a request (or configuration) that breaks a rule: msg names field, value and rule."""
+    return RequestError("supervisor.bad_request", msg)
+
+
 def signal_number(value) -> int:
     """Accept 9, "9", "KILL" or "SIGKILL"; raise RequestError otherwise."""
     if isinstance(value, bool):
-        raise RequestError("bad_request", f"signal {quote(value)}: must be a signal number or name")
+        raise bad_request(f"signal {quote(value)}: must be a signal number or name")
     if isinstance(value, int) or ascii_int(value) is not None:
         num = value if isinstance(value, int) else ascii_int(value)
         valid = {int(s) for s in signal.valid_signals()}
         if num not in valid or num == 0:
-            raise RequestError("bad_request", f"signal {quote(value)}: not a valid signal number")
+            raise bad_request(f"signal {quote(value)}: not a valid signal number")
         return num
     if isinstance(value, str) and len(value) <= 16:
         name = value.upper()
@@ -83,7 +88,7 @@ def signal_number(value) -> int:
         sig = getattr(signal.Signals, name, None) if name in signal.Signals.__members__ else None
         if sig is not None:
             return int(sig)
-    raise RequestError("bad_request", f"signal {quote(value)}: must be a signal number or name such as SIGKILL")
+    raise bad_request(f"signal {quote(value)}: must be a signal number or name such as SIGKILL")
 
 
 def signal_name(num: Optional[int]) -> Optional[str]:
@@ -97,11 +102,11 @@ def signal_name(num: Optional[int]) -> Optional[str]:
 
 def _abs_path(field: str, value, must_exist: Optional[str] = None) -> str:
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value or len(value) > 4096:
-        raise RequestError("bad_request", f"{field} {quote(value)}: must be an absolute path")
+        raise bad_request(f"{field} {quote(value)}: must be an absolute path")
     if must_exist == "dir" and not os.path.isdir(value):
-        raise RequestError("bad_request", f"{field} {quote(value)}: must be an existing directory")
+        raise bad_request(f"{field} {quote(value)}: must be an existing directory")
     if must_exist == "parent" and not os.path.isdir(os.path.dirname(value) or "/"):
-        raise RequestError("bad_request", f"{field} {quote(value)}: its directory must exist")
+        raise bad_request(f"{field} {quote(value)}: its directory must exist")
     return value
 
 
@@ -119,58 +124,58 @@ def validate_launch_request(req: Dict) -> Dict:
     """Normalise and check a launch request; argv is a list (never a shell string)."""
     argv = req.get("argv")
     if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGV or not all(isinstance(a, str) for a in argv):
-        raise RequestError("bad_request", f"argv {quote(argv)}: must be a non-empty list of strings")
+        raise bad_request(f"argv {quote(argv)}: must be a non-empty list of strings")
     for i, arg in enumerate(argv):
         if "\0" in arg:
-            raise RequestError("bad_request", f"argv[{i}] {quote(arg)}: must not contain NUL")
+            raise bad_request(f"argv[{i}] {quote(arg)}: must not contain NUL")
     exe = argv[0]
     if not exe.startswith("/") or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
-        raise RequestError("bad_request", f"argv[0] {quote(exe)}: must be the absolute path of an executable file")
+        raise bad_request(f"argv[0] {quote(exe)}: must be the absolute path of an executable file")
     exe_sha256 = req.get("exe_sha256")
     if exe_sha256 is not None and not is_sha256(exe_sha256):
-        raise RequestError("bad_request", f"exe_sha256 {quote(exe_sha256)}: must be 64 lowercase hex digits")
+        raise bad_request(f"exe_sha256 {quote(exe_sha256)}: must be 64 lowercase hex digits")
     env = req.get("env") or {}
     if not isinstance(env, dict):
-        raise RequestError("bad_request", f"env {quote(env)}: must be a mapping of names to strings")
+        raise bad_request(f"env {quote(env)}: must be a mapping of names to strings")
     for key, val in env.items():
         if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
-            raise RequestError("bad_request", f"env key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
+            raise bad_request(f"env key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
         if not isinstance(val, str) or "\0" in val:
-            raise RequestError("bad_request", f"env[{key}] {quote(val)}: must be a string without NUL")
+            raise bad_request(f"env[{key}] {quote(val)}: must be a string without NUL")
     argv_pins = _pin_map(req, "argv_pins")
     exe_pinned = exe_sha256 is not None or 0 in argv_pins
     if exe_sha256 is not None and 0 in argv_pins:
-        raise RequestError("bad_request", "argv_pins[0]: argv[0] is already pinned by exe_sha256; give one of them")
+        raise bad_request("argv_pins[0]: argv[0] is already pinned by exe_sha256; give one of them")
     exe_sha256 = exe_sha256 if exe_sha256 is not None else argv_pins.pop(0, None)
     for index in argv_pins:
         if index >= len(argv):
-            raise RequestError("bad_request", f"argv_pins[{index}]: argv has {len(argv)} entries")
+            raise bad_request(f"argv_pins[{index}]: argv has {len(argv)} entries")
         _regular_file(f"argv[{index}] (pinned by argv_pins)", argv[index])
     record_json = req.get("record_json") or []
     if not isinstance(record_json, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i in argv_pins for i in record_json):
-        raise RequestError("bad_request", f"record_json {quote(record_json)}: must be a list of argv indexes that "
+        raise bad_request(f"record_json {quote(record_json)}: must be a list of argv indexes that "
                                           "argv_pins pins (besides 0)")
     env_pins = _pin_map(req, "env_pins")
     for name in env_pins:
         if name not in env or not env_allowed(name):
-            raise RequestError("bad_request", f"env_pins[{name}]: must name a variable of env that the child keeps "
+            raise bad_request(f"env_pins[{name}]: must name a variable of env that the child keeps "
                                               "(the allowlist)")
         _regular_file(f"env[{name}] (pinned by env_pins)", env[name])
     preload = req.get("ld_preload") or []
     if not isinstance(preload, list):
-        raise RequestError("bad_request", f"ld_preload {quote(preload)}: must be a list of {{path, sha256}}")
+        raise bad_request(f"ld_preload {quote(preload)}: must be a list of {{path, sha256}}")
     libraries = []
     for i, entry in enumerate(preload):
         field = f"ld_preload[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"path", "sha256"}:
-            raise RequestError("bad_request", f"{field} {quote(entry)}: must be {{path, sha256}} "
+            raise bad_request(f"{field} {quote(entry)}: must be {{path, sha256}} "
                                               "(only hash-pinned libraries are preloaded)")
         lib = _abs_path(f"{field}.path", entry["path"])
         if any(c in lib for c in " \t\n:"):
-            raise RequestError("bad_request", f"{field}.path {quote(lib)}: must not contain spaces or colons")
+            raise bad_request(f"{field}.path {quote(lib)}: must not contain spaces or colons")
         if not is_sha256(entry["sha256"]):
-            raise RequestError("bad_request", f"{field}.sha256 {quote(entry['sha256'])}: must be 64 lowercase hex "
+            raise bad_request(f"{field}.sha256 {quote(entry['sha256'])}: must be 64 lowercase hex "
                                               "digits")
         _regular_file(f"{field}.path", lib)
         libraries.append({"path": lib, "sha256": entry["sha256"]})
@@ -198,7 +203,7 @@ def _pin_map(req: Dict, field: str) -> Dict:
     if pins is None:
         return {}
     if not isinstance(pins, dict) or len(pins) > MAX_PINS:
-        raise RequestError("bad_request", f"{field} {quote(pins)}: must be a mapping of at most {MAX_PINS} entries "
+        raise bad_request(f"{field} {quote(pins)}: must be a mapping of at most {MAX_PINS} entries "
                                           "to a sha256 (64 lowercase hex digits) or null")
     out = {}
     for given, sha in pins.items():
@@ -206,11 +211,11 @@ def _pin_map(req: Dict, field: str) -> Dict:
         if field == "argv_pins":
             key = ascii_int(given) if isinstance(given, str) and given.isascii() and given.isdigit() else None
             if key is None or given != str(key):
-                raise RequestError("bad_request", f"{field} key {quote(given)}: must be an argv index (decimal text)")
+                raise bad_request(f"{field} key {quote(given)}: must be an argv index (decimal text)")
         elif not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
-            raise RequestError("bad_request", f"{field} key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
+            raise bad_request(f"{field} key {quote(key)}: must match {_ENV_KEY_RE.pattern}")
         if sha is not None and not is_sha256(sha):
-            raise RequestError("bad_request", f"{field}[{key}] {quote(sha)}: must be 64 lowercase hex digits or null")
+            raise bad_request(f"{field}[{key}] {quote(sha)}: must be 64 lowercase hex digits or null")
         out[key] = sha
     return out
 
@@ -222,7 +227,7 @@ def _regular_file(field: str, value) -> str:
     except OSError:
         st = None
     if st is None or not stat.S_ISREG(st.st_mode):
-        raise RequestError("bad_request", f"{field} {quote(path)}: must be an existing regular file (not a symlink)")
+        raise bad_request(f"{field} {quote(path)}: must be an existing regular file (not a symlink)")
     return path
 
 

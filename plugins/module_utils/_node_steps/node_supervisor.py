@@ -68,7 +68,7 @@ def _started(module, client, p, lock_dir):
             f"not {sorted(p['locks'])}; stop it first",
             code="supervisor.already_running",
         )
-        fail_from(module, running, error="already_running", supervisor=status, run_dir=client.run_dir,
+        fail_from(module, running, error="supervisor.already_running", supervisor=status, run_dir=client.run_dir,
                   journal=client.journal_path, running=True)
     return False, status
 
@@ -100,7 +100,7 @@ def run(module):
             except SupervisorNotRunning as exc:
                 result.update(running=False)
                 if state == "renewed":
-                    fail_from(module, exc, prefix="cannot renew the lease", error="not_running", **result)
+                    fail_from(module, exc, prefix="cannot renew the lease", error="supervisor.not_running", **result)
                 module.exit_json(**result)
             if state == "renewed" and not module.check_mode:
                 client.renew(p["lease"])

@@ -24,7 +24,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common impor
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_json,
-    makedirs_private,
+    private_dir,
     read_regular_bytes,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
@@ -65,6 +65,11 @@ class RunnerError(OrbiteError):
         self.details = details
 
 
+def bad_input(msg: str, **details) -> RunnerError:
+    """The error of a runner argument that breaks a rule: msg names field, value and rule."""
+    return RunnerError("runner.bad_input", msg, **details)
+
+
 def check_names(params):
     """Run, registration and RNIC names follow the one name grammar (they name files and locks)."""
     checks = [("run_id", params.get("run_id")), ("registration_id", params.get("registration_id"))]
@@ -79,7 +84,7 @@ def check_names(params):
         checks.append((f"observers[{index}]", tool))
     for field, value in checks:
         if not names.is_name(value):
-            raise RunnerError("bad_input", f"{field}={quote(value)}: must be {names.NAME_RULE}")
+            raise bad_input(f"{field}={quote(value)}: must be {names.NAME_RULE}")
 
 
 def check_preload(libraries):
@@ -92,18 +97,18 @@ def check_preload(libraries):
     for index, entry in enumerate(libraries or []):
         field = f"ld_preload[{index}]"
         if not isinstance(entry, dict) or not entry.get("path") or not entry.get("sha256"):
-            raise RunnerError("bad_input", f"{field}={quote(entry)}: needs path and sha256 (only hash-pinned "
+            raise bad_input(f"{field}={quote(entry)}: needs path and sha256 (only hash-pinned "
                                            "libraries)")
         path = entry["path"]
         if not isinstance(path, str) or not os.path.isabs(path):
-            raise RunnerError("bad_input", f"{field}.path={quote(path)}: must be an existing absolute file")
+            raise bad_input(f"{field}.path={quote(path)}: must be an existing absolute file")
         try:
             with pin_file(path, entry["sha256"], f"{field}.path"):
                 pass
         except PinMismatch as error:
-            raise RunnerError("hash_mismatch", str(error), path=path) from None
+            raise RunnerError("runner.hash_mismatch", str(error), path=path) from None
         except PinError as error:
-            raise RunnerError("bad_input", str(error), path=path) from None
+            raise bad_input(str(error), path=path) from None
         pinned.append({"path": path, "sha256": entry["sha256"]})
     return pinned
 
@@ -115,14 +120,14 @@ def check_verbs_library(spec):
         return None
     path = spec.get("path") if isinstance(spec, dict) else None
     if not isinstance(path, str) or not os.path.isabs(path) or not spec.get("sha256"):
-        raise RunnerError("bad_input", f"verbs_library={quote(spec)}: needs an absolute path and its sha256")
+        raise bad_input(f"verbs_library={quote(spec)}: needs an absolute path and its sha256")
     try:
         with pin_file(path, spec["sha256"], "verbs_library.path", executable=False):
             pass
     except PinMismatch as error:
-        raise RunnerError("hash_mismatch", str(error), path=path) from None
+        raise RunnerError("runner.hash_mismatch", str(error), path=path) from None
     except PinError as error:
-        raise RunnerError("bad_input", str(error), path=path) from None
+        raise bad_input(str(error), path=path) from None
     return {"path": path, "sha256": spec["sha256"]}
 
 
@@ -140,15 +145,15 @@ def build_case(params):
         case["discovery"] = params.get("discovery") or {"whitelist": [], "blacklist": []}
     else:
         if not params.get("rails"):
-            raise RunnerError("bad_input", "rails=[]: required unless the profile asks for discovery: auto")
+            raise bad_input("rails=[]: required unless the profile asks for discovery: auto")
         case["rails"] = params["rails"]
     if role == "source":
         if not params.get("service_address"):
-            raise RunnerError("bad_input", "service_address: required for the source")
+            raise bad_input("service_address: required for the source")
         case["service_address"] = params["service_address"]
     else:
         if not params.get("peer_address"):
-            raise RunnerError("bad_input", "peer_address: required for the requester (the source's ready address; none "
+            raise bad_input("peer_address: required for the requester (the source's ready address; none "
                               "when the source runner did not become ready)")
         case["peer_address"] = params["peer_address"]
     for optional in ("peer_registration_id", "seed", "timeouts"):
@@ -164,11 +169,10 @@ def build_case(params):
 def prepare_output(output_dir):
     """A fresh private output directory: receipts of an earlier attempt must never be mistaken for ours."""
     if os.path.exists(os.path.join(output_dir, LEDGER_NAME)) or os.path.exists(os.path.join(output_dir, READY_NAME)):
-        raise RunnerError("output_not_empty", f"output_dir={output_dir}: already holds receipts of another run; "
+        raise RunnerError("runner.output_not_empty", f"output_dir={output_dir}: already holds receipts of another run; "
                                               "use a new directory per role and generation")
     # The case's and the role's directories too (the role makes no directory of its own): 0700 each.
-    makedirs_private(output_dir)
-    os.chmod(output_dir, 0o700)
+    private_dir(output_dir, "output_dir")
 
 
 def start(params, check_mode=False):
@@ -185,7 +189,7 @@ def start(params, check_mode=False):
     env = {str(k): str(v) for k, v in (params.get("env") or {}).items()}
     fmt = env.get("ORBITE_OBSERVER_LOG_FORMAT", "binary")
     if fmt not in OBSERVER_LOG_SUFFIXES:
-        raise RunnerError("bad_input", f"env.ORBITE_OBSERVER_LOG_FORMAT={quote(fmt)}: the observer log format is "
+        raise bad_input(f"env.ORBITE_OBSERVER_LOG_FORMAT={quote(fmt)}: the observer log format is "
                                        "binary (the default) or json (JSON lines, for debugging)")
     if check_mode:
         return {"changed": True, "case": case, "ld_preload": [p["path"] for p in preload]}
@@ -215,10 +219,10 @@ def start(params, check_mode=False):
                               stderr_path=os.path.join(output_dir, "runner.stderr"),
                               exe_sha256=exe_sha256, argv_pins=argv_pins, record_json=[case_index])
     except SupervisorRequestError as error:
-        code = error.code if error.code == "hash_mismatch" else "launch_failed"
+        code = "runner.hash_mismatch" if error.code == "supervisor.hash_mismatch" else "runner.launch_failed"
         raise RunnerError(code, f"the supervisor refused to launch the {case['role']} runner: {error}") from None
     except SupervisorError as error:
-        raise RunnerError("launch_failed",
+        raise RunnerError("runner.launch_failed",
                           f"the supervisor refused to launch the {case['role']} runner: {error}") from None
     stripped = child.pop("env_stripped", [])
     result = {"changed": True, "case_path": case_path, "output_dir": output_dir, "child": child,
@@ -236,7 +240,7 @@ def read_ready(ready_path):
     """The ready file as an object; None while it is not complete yet (a partial JSON write).
 
     A FIFO, device or symlink is never opened for reading, a file over READY_MAX_BYTES is not read,
-    and JSON that is complete but not an object is an error: RunnerError("ready_invalid"), never a
+    and JSON that is complete but not an object is an error: RunnerError("runner.ready_invalid"), never a
     traceback or a hang.
     """
     try:
@@ -244,20 +248,20 @@ def read_ready(ready_path):
     except FileNotFoundError:
         return None
     except OSError as error:
-        raise RunnerError("ready_invalid", f"{ready_path}: cannot be read ({error.strerror or error})") from None
+        raise RunnerError("runner.ready_invalid", f"{ready_path}: cannot be read ({error.strerror or error})") from None
     except OrbiteError as error:  # not a regular file, too large
-        raise RunnerError("ready_invalid", f"{error}; rule: a regular JSON file of at most {READY_MAX_BYTES} "
+        raise RunnerError("runner.ready_invalid", f"{error}; rule: a regular JSON file of at most {READY_MAX_BYTES} "
                                            "bytes") from None
     try:
         ready = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise RunnerError("ready_invalid", f"{ready_path}: is not UTF-8 text") from None
+        raise RunnerError("runner.ready_invalid", f"{ready_path}: is not UTF-8 text") from None
     except RecursionError:
-        raise RunnerError("ready_invalid", f"{ready_path}: JSON nested too deeply") from None
+        raise RunnerError("runner.ready_invalid", f"{ready_path}: JSON nested too deeply") from None
     except ValueError:
         return None  # being written: read again
     if not isinstance(ready, dict):
-        raise RunnerError("ready_invalid", f"{ready_path}: holds {quote(ready)}; rule: a JSON object "
+        raise RunnerError("runner.ready_invalid", f"{ready_path}: holds {quote(ready)}; rule: a JSON object "
                                            "(pid, service_address, ...)")
     return ready
 
@@ -268,15 +272,15 @@ def wait_ready(client, child, output_dir, timeout):
     ready, state = _await_json(client, child["child_id"], ready_path, time.monotonic() + timeout, READY_POLL_S)
     if ready is not None:
         if ready.get("pid") != child["pid"]:
-            raise RunnerError("ready_mismatch", f"{ready_path}: written by pid {quote(ready.get('pid'))}, "
+            raise RunnerError("runner.ready_mismatch", f"{ready_path}: written by pid {quote(ready.get('pid'))}, "
                                                 f"the supervised source is pid {child['pid']}")
         return ready
     if state is not None:
-        raise RunnerError("exited_before_ready",
+        raise RunnerError("runner.exited_before_ready",
                           f"the source runner exited before it was ready (exit code {state.get('exit_code')}, "
                           f"signal {state.get('exit_signal_name')}); see {output_dir}/runner.stderr", child=state)
     detail = f"{ready_path} is not complete JSON" if os.path.lexists(ready_path) else f"no {ready_path}"
-    raise RunnerError("ready_timeout", f"the source runner was not ready within {timeout} s ({detail}); "
+    raise RunnerError("runner.ready_timeout", f"the source runner was not ready within {timeout} s ({detail}); "
                                        f"it is still running as pid {child['pid']}")
 
 
@@ -323,10 +327,10 @@ def finish(params):
     try:
         state = _wait_renewing(client, params["child_id"], params["timeout"])
     except SupervisorError as error:
-        raise RunnerError("wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
+        raise RunnerError("runner.wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
     if state["timed_out"]:
-        raise RunnerError("timeout", f"runner child {params['child_id']} (pid {state.get('pid')}) still runs after "
-                                     f"{params['timeout']} s", child=state)
+        raise RunnerError("runner.timeout", f"runner child {params['child_id']} (pid {state.get('pid')}) still runs "
+                                            f"after {params['timeout']} s", child=state)
     ledger = os.path.join(params["output_dir"], LEDGER_NAME) if params.get("output_dir") else None
     return {"changed": False, "child": state, "ledger": ledger}
 
@@ -355,19 +359,19 @@ def wait_restart_point(params):
         point, state = _await_json(client, params["child_id"], path, deadline, READY_POLL_S * 5, renew_by_lease)
         if point is not None:
             if point.get("pid") != params["pid"]:
-                raise RunnerError("restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "
+                raise RunnerError("runner.restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "
                                                             f"the supervised runner is pid {params['pid']}")
             client.renew()
             return {"changed": False, "restart_point": point}
         if state is not None:
-            raise RunnerError("exited_before_restart_point",
+            raise RunnerError("runner.exited_before_restart_point",
                               f"the runner (pid {params['pid']}) exited before its restart point (exit code "
                               f"{state.get('exit_code')}, signal {state.get('exit_signal_name')}); see "
                               f"{params['output_dir']}/runner.stderr", child=state)
-        raise RunnerError("timeout", f"no {path} within {params['timeout']} s; the runner (pid "
+        raise RunnerError("runner.timeout", f"no {path} within {params['timeout']} s; the runner (pid "
                                      f"{params['pid']}) still runs")
     except SupervisorError as error:
-        raise RunnerError("wait_failed", f"waiting for the restart point of child {params['child_id']} failed: "
+        raise RunnerError("runner.wait_failed", f"waiting for the restart point of child {params['child_id']} failed: "
                                          f"{error}") from None
 
 
@@ -433,15 +437,16 @@ def poll_finished(params):
         if state["timed_out"]:
             client.renew()  # the pause before the next call starts from a whole lease
     except SupervisorError as error:
-        raise RunnerError("wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
+        raise RunnerError("runner.wait_failed", f"waiting for child {params['child_id']} failed: {error}") from None
     progress = read_progress(params.get("output_dir"))
     seconds = _run_seconds(state)
     line = progress_line(params.get("label"), progress, seconds)
     result = {"changed": False, "child": state, "progress": progress, "progress_line": line,
               "finished": not state["timed_out"]}
     if state["timed_out"] and seconds is not None and seconds > params["timeout"]:
-        raise RunnerError("timeout", f"runner child {params['child_id']} (pid {state.get('pid')}) still runs after "
-                                     f"{params['timeout']} s; last progress: {line}", child=state, progress=progress)
+        raise RunnerError("runner.timeout", f"runner child {params['child_id']} (pid {state.get('pid')}) still runs "
+                                            f"after {params['timeout']} s; last progress: {line}", child=state,
+                          progress=progress)
     if not state["timed_out"]:
         result["ledger"] = os.path.join(params["output_dir"], LEDGER_NAME) if params.get("output_dir") else None
     return result

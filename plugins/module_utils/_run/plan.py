@@ -24,6 +24,7 @@ import os
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_json,
+    makedirs_private,
     read_regular_bytes,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
@@ -44,26 +45,6 @@ class RunPlanError(OrbiteError):
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 PLAN_READ_LIMIT = 1 << 20  # an existing run.json is a few hundred bytes
-
-
-def make_private_dirs(path):
-    """Create ``path`` and its missing parents, each 0700 (os.makedirs gives parents 0777 & ~umask)."""
-    missing = []
-    path = os.path.abspath(path)
-    while not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                raise
-            continue  # made meanwhile by someone else: keep its mode
-        os.chmod(directory, DIR_MODE)  # the umask may have taken bits we meant to keep (u+rwx)
 
 
 ROLES = ("source", "requester")
@@ -324,10 +305,10 @@ def write_plan(run_dir, run_id, cases, check_mode=False, **options):
             return False
     if check_mode:
         return True
-    make_private_dirs(run_dir)
+    makedirs_private(run_dir)
     for case_id, case in per_case.items():
         case_dir = os.path.join(run_dir, "cases", case_id)
-        make_private_dirs(case_dir)
+        makedirs_private(case_dir)
         atomic_write_json(os.path.join(case_dir, "case.json"), case, mode=FILE_MODE)
     atomic_write_json(run_json, run, mode=FILE_MODE)  # last: a run.json always describes case dirs that exist
     return True

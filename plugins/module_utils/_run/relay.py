@@ -145,12 +145,17 @@ STOP_WAIT_S = 10.0
 def _private_dir(path):
     if not isinstance(path, str) or not os.path.isabs(path):
         raise RelayError(f"state_dir = {path!r}: must be an absolute path")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    info = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
-        raise RelayError(f"state_dir = {path!r}: must be a directory of this user (not a link)")
-    os.chmod(path, 0o700)
-    return path
+    # This file also runs alone as the relay program (its own source): the collection's helper is imported
+    # here, on the module's side only.
+    from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (  # noqa: PLC0415 (see above)
+        NotPrivateDir,
+        private_dir,
+    )
+
+    try:
+        return private_dir(path, "state_dir")
+    except NotPrivateDir as exc:
+        raise RelayError(str(exc)) from None
 
 
 def read_ready(state_dir):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json, private_dir
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import namespace as ns
 from ansible_collections.orbite.qualification.plugins.module_utils._sim.fake_sysfs import (
@@ -181,17 +181,8 @@ def load_record(request: HostRequest) -> Optional[Dict]:
 
 
 def _write_record(request: HostRequest, record: Dict) -> None:
-    _private_dir(os.path.dirname(request.record_path))
+    private_dir(os.path.dirname(request.record_path), "the host record's directory")
     atomic_write_json(request.record_path, record, mode=0o600)
-
-
-def _private_dir(path: str) -> None:
-    """Create ``path`` and every missing parent with mode 0700: the lab's state holds private keys."""
-    parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
-        _private_dir(parent)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
 
 
 # ---------------------------------------------------------------- the host root
@@ -255,8 +246,7 @@ def _write_root(request: HostRequest) -> str:
     except FakeSysfsError as exc:
         raise SimLabStateError(f"host {request.name}: cannot write its root {request.root}: {exc}") from None
     lock_dir = os.path.join(request.root, LOCK_DIR)
-    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-    os.chmod(lock_dir, 0o700)
+    private_dir(lock_dir, "the host's lock dir")
     return spec["boot_id"]
 
 
@@ -406,7 +396,7 @@ def _present_namespaced(request: HostRequest, record: Optional[Dict], check_mode
     var_tmp = os.path.join(request.root, "var", "tmp")
     os.makedirs(var_tmp, exist_ok=True)
     os.chmod(var_tmp, 0o1777)
-    _private_dir(request.state_dir)
+    private_dir(request.state_dir, "state_dir")
     for name, text in files.items():
         path = os.path.join(request.state_dir, name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -26,7 +26,11 @@ import subprocess
 from typing import Dict, Tuple
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json, sha256_file
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    atomic_write_json,
+    private_dir,
+    sha256_file,
+)
 
 SCHEMA = "orbite.sim-native"
 VERSION = 1
@@ -78,7 +82,7 @@ def build_native(collection_dir: str, out_dir: str, make: str = "make", cc: str 
     if not os.path.isabs(out_dir):
         raise SimNativeError(f"out_dir={out_dir!r}: must be an absolute path")
     _require_tools(make, cc)
-    os.makedirs(out_dir, mode=0o700, exist_ok=True)
+    private_dir(out_dir, "out_dir")
     with open(os.path.join(out_dir, ".build.lock"), "a", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

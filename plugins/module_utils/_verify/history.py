@@ -28,6 +28,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.error
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_json,
     atomic_write_text,
+    private_dir,
     read_regular_bytes,
     sha256_file,
 )
@@ -108,7 +109,7 @@ def _read_index(path):
 def update_index(index_dir, entry):
     """Put ``entry`` into ``<index_dir>/index.json`` (replacing the run's older entry) and rewrite index.html,
     under the index's lock. Returns the index's path."""
-    os.makedirs(index_dir, mode=0o700, exist_ok=True)
+    private_dir(index_dir, "the history index")
     path = os.path.join(index_dir, "index.json")
     fd = os.open(os.path.join(index_dir, "index.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:

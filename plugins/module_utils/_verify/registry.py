@@ -15,9 +15,9 @@ naming a code that is not an earlier rule (masking needs the other rule's result
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common.codes import CODE_RE
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 
 # Where a rule's expectation comes from: the witness it trusts. The receipt under test is the
@@ -38,7 +38,6 @@ WITNESSES = {
     "format": "the documented receipt formats (docs/receipts.md) and the reading bounds",
 }
 NEEDS = ("ledgers", "observers", "journals", "inventories", "relay", "provider")
-_CODE = re.compile(r"[a-z][a-z_]*\.[a-z][a-z_]*", re.ASCII)
 
 
 class RegistryError(OrbiteError):
@@ -94,7 +93,7 @@ class Registry:
 
     def add(self, entry: Rule) -> Rule:
         problems = []
-        if not isinstance(entry.code, str) or not _CODE.fullmatch(entry.code):
+        if not isinstance(entry.code, str) or not CODE_RE.fullmatch(entry.code):
             problems.append(f"code={quote(entry.code)}: must be <group>.<name> in lower case")
         elif entry.code in self._entries:
             problems.append(f"code={entry.code!r}: is already registered ({self._entries[entry.code].meaning!r})")

@@ -72,6 +72,6 @@ def test_started_with_other_locks_than_the_running_supervisor_fails(tmp_path, ro
     same = run_module(tmp_path, state="started", run_id="run-1", locks=["mlx5_0"], root=root, lease=60)
     assert same["changed"] is False and same["running"] is True
     other = run_module(tmp_path, state="started", run_id="run-1", locks=["mlx5_1"], root=root, lease=60)
-    assert other["failed"] is True and other["error"] == "already_running"
+    assert other["failed"] is True and other["error"] == "supervisor.already_running"
     assert "holding ['mlx5_0'], not ['mlx5_1']" in other["msg"]
     run_module(tmp_path, state="stopped", run_id="run-1", root=root, force=True)

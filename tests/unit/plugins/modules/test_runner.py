@@ -85,7 +85,7 @@ def _source_args(tmp_path, run_dir, runner, **extra):
 def test_a_ready_file_that_is_not_a_small_json_object_is_a_coded_error(tmp_path, supervisor, fake_runner, kind,
                                                                       needle):
     result = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, env={"ORBITE_TEST_READY": kind}))
-    assert result["failed"] is True and result["code"] == "ready_invalid", result
+    assert result["failed"] is True and result["code"] == "runner.ready_invalid", result
     assert needle in result["msg"]
 
 
@@ -109,7 +109,7 @@ def test_a_good_ready_file_starts_the_source(tmp_path, supervisor, fake_runner):
 )
 def test_names_break_the_grammar_before_anything_is_written(tmp_path, supervisor, fake_runner, field, value):
     result = run_module(tmp_path, **_source_args(tmp_path, supervisor, fake_runner, **{field: value}))
-    assert result["failed"] is True and result["code"] == "bad_input", result
+    assert result["failed"] is True and result["code"] == "runner.bad_input", result
     assert "must be 1..64 ASCII letters" in result["msg"]
     assert not (tmp_path / "out").exists() and SupervisorClient(supervisor).status()["children"] == []
 
@@ -148,7 +148,7 @@ def test_a_runner_or_verbs_library_that_is_not_its_pin_never_runs(tmp_path, supe
                         verbs_library={"path": str(library), "sha256": wrong if what == "verbs_library"
                                        else _sha256(library)})
     result = run_module(tmp_path, **args)
-    assert result["failed"] is True and result["code"] == "hash_mismatch", result
+    assert result["failed"] is True and result["code"] == "runner.hash_mismatch", result
     assert SupervisorClient(supervisor).status()["children"] == []
 
 
@@ -181,7 +181,7 @@ def test_the_polled_wait_shows_progress_renews_the_lease_and_keeps_the_overall_t
 
     # The overall limit counts from the child's start, however many polls it took.
     late = run_helper("runner", tmp_path, dict(wait, timeout=0.5))
-    assert late["failed"] and late["code"] == "timeout" and "still runs after 0.5 s" in late["msg"]
+    assert late["failed"] and late["code"] == "runner.timeout" and "still runs after 0.5 s" in late["msg"]
 
     SupervisorClient(supervisor).signal(child["child_id"], child["pid"], child["start_time"])
     done = run_helper("runner", tmp_path, wait)

@@ -86,4 +86,4 @@ def test_launch_pins_argv_entries_given_as_yaml_text_keys(tmp_path, supervisor):
     assert bad["failed"] is True and "argv_pins key 'one': must be an argv index" in bad["msg"]
     mismatch = run_module(tmp_path, action="launch", argv=[sys.executable, str(script)], argv_pins={"1": "0" * 64},
                           **common)
-    assert mismatch["failed"] is True and mismatch["error"] == "hash_mismatch"
+    assert mismatch["failed"] is True and mismatch["error"] == "supervisor.hash_mismatch"

@@ -148,3 +148,40 @@ def test_json_that_cannot_be_encoded_touches_nothing(tmp_path):
         atomic_write_json(str(target), {"when": object()})
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["verdict.json"]
+
+
+def test_private_dir_creates_every_missing_parent_private_whatever_the_umask(tmp_path):
+    old = os.umask(0o777)  # a umask that would leave the new directories unusable
+    try:
+        made = files.private_dir(str(tmp_path / "a" / "b" / "c"), "run_dir")
+    finally:
+        os.umask(old)
+    assert made == str(tmp_path / "a" / "b" / "c")
+    assert [_mode(tmp_path / p) for p in ("a", "a/b", "a/b/c")] == [0o700, 0o700, 0o700]
+
+
+def test_private_dir_tightens_an_existing_directory_of_ours_and_leaves_its_parents(tmp_path):
+    (tmp_path / "open" / "leaf").mkdir(parents=True)
+    os.chmod(tmp_path / "open", 0o755)
+    os.chmod(tmp_path / "open" / "leaf", 0o777)
+    files.private_dir(str(tmp_path / "open" / "leaf"))
+    assert (_mode(tmp_path / "open"), _mode(tmp_path / "open" / "leaf")) == (0o755, 0o700)
+
+
+def test_private_dir_refuses_a_link_even_to_a_directory_of_ours(tmp_path):
+    (tmp_path / "real").mkdir(mode=0o755)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(files.NotPrivateDir) as caught:
+        files.private_dir(str(tmp_path / "link"), "state_dir")
+    assert caught.value.code == "file.not_private" and "state_dir" in str(caught.value)
+    assert _mode(tmp_path / "real") == 0o755  # nothing was changed through the link
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_private_dir_refuses_another_users_directory(tmp_path):
+    (tmp_path / "theirs").mkdir(mode=0o755)
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    with pytest.raises(files.NotPrivateDir) as caught:
+        files.private_dir(str(tmp_path / "theirs"), "out_dir")
+    assert "owned by uid 65534" in str(caught.value)
+    assert _mode(tmp_path / "theirs") == 0o755

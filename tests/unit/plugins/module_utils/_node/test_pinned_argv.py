@@ -100,10 +100,10 @@ def test_a_mismatched_argv_pin_runs_nothing(sup, files):
     app, case, report = files
     with pytest.raises(SupervisorRequestError) as caught:
         sup.launch([sys.executable, str(app), str(case), str(report)], argv_pins={1: "0" * 64})
-    assert caught.value.code == "hash_mismatch" and "argv[1]" in str(caught.value)
+    assert caught.value.code == "supervisor.hash_mismatch" and "argv[1]" in str(caught.value)
     assert not report.exists() and events(sup.journal_path, "child_start") == []
     (failed,) = events(sup.journal_path, "child_launch_failed")
-    assert failed["error"] == "hash_mismatch"
+    assert failed["error"] == "supervisor.hash_mismatch"
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", "[" * 100_000 + "]" * 100_000, "{}" + " " * 300_000])
@@ -112,7 +112,7 @@ def test_a_recorded_file_that_is_not_a_small_json_object_runs_nothing(sup, files
     case.write_text(content)
     with pytest.raises(SupervisorRequestError) as caught:
         sup.launch([sys.executable, str(app), str(case), str(report)], argv_pins={2: None}, record_json=[2])
-    assert caught.value.code == "pin_failed" and "argv[2]" in str(caught.value)
+    assert caught.value.code == "supervisor.pin_failed" and "argv[2]" in str(caught.value)
     assert not report.exists() and events(sup.journal_path, "child_start") == []
     assert sup.status()["ok"]  # the supervisor serves on
 
@@ -170,5 +170,5 @@ def test_the_supervisor_checks_pins_itself(sup, files, tmp_path):
                           ({"x": None}, "argv_pins key 'x'")):
         with pytest.raises(SupervisorRequestError) as caught:
             sup.request({"op": "launch", "argv": [sys.executable, str(app), str(link)], "argv_pins": pins})
-        assert caught.value.code == "bad_request" and message in str(caught.value), caught.value
+        assert caught.value.code == "supervisor.bad_request" and message in str(caught.value), caught.value
     assert events(sup.journal_path, "child_start") == []

@@ -180,7 +180,7 @@ def test_swapping_the_preload_never_loads_an_unpinned_copy(libraries, tmp_path):
             try:
                 launched.append(launch.start(params)["child"])
             except launch.RunnerError as error:
-                assert error.code == "hash_mismatch", error
+                assert error.code == "runner.hash_mismatch", error
                 refused += 1
     finally:
         swapper.kill()

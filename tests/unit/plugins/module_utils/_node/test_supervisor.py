@@ -163,13 +163,13 @@ def test_signal_only_the_selected_child_and_refuse_mismatches(node):
     assert not alive(one["pid"]) and alive(two["pid"])
     with pytest.raises(SupervisorRequestError) as caught:
         client.signal(two["child_id"], two["pid"], two["start_time"] + 1, "SIGKILL")
-    assert caught.value.code == "signal_refused" and "start time" in str(caught.value)
+    assert caught.value.code == "supervisor.signal_refused" and "start time" in str(caught.value)
     with pytest.raises(SupervisorRequestError) as caught:
         client.signal(two["child_id"], one["pid"], two["start_time"], "SIGKILL")
-    assert caught.value.code == "signal_refused" and "pid" in str(caught.value)
+    assert caught.value.code == "supervisor.signal_refused" and "pid" in str(caught.value)
     with pytest.raises(SupervisorRequestError) as caught:
         client.signal(one["child_id"], one["pid"], one["start_time"], "SIGKILL")
-    assert caught.value.code == "signal_refused" and "already exited" in str(caught.value)
+    assert caught.value.code == "supervisor.signal_refused" and "already exited" in str(caught.value)
     assert alive(two["pid"])
     status = {c["child_id"]: c for c in client.status()["children"]}
     assert status[two["child_id"]]["running"] is True
@@ -231,7 +231,7 @@ def test_stop_refuses_running_children_unless_forced(node):
     child = client.launch(SLEEPER)
     with pytest.raises(SupervisorRequestError) as caught:
         client.stop()
-    assert caught.value.code == "children_running" and child["child_id"] in str(caught.value)
+    assert caught.value.code == "supervisor.children_running" and child["child_id"] in str(caught.value)
     assert not node.free("mlx5_0") and alive(child["pid"])
     summary = client.stop(force=True)
     assert summary["children_killed"] == [child["child_id"]] and summary["locks_released"] is True
@@ -290,9 +290,9 @@ def test_preload_whose_hash_differs_is_refused_and_nothing_runs(node, tmp_path):
     with pytest.raises(SupervisorRequestError) as caught:
         client.launch([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                       ld_preload=[{"path": str(lib), "sha256": "0" * 64}])
-    assert caught.value.code == "hash_mismatch" and "does not match the pinned" in str(caught.value)
+    assert caught.value.code == "supervisor.hash_mismatch" and "does not match the pinned" in str(caught.value)
     assert not marker.exists() and client.status()["children"] == []
-    assert events(client.journal_path, "child_launch_failed")[0]["error"] == "hash_mismatch"
+    assert events(client.journal_path, "child_launch_failed")[0]["error"] == "supervisor.hash_mismatch"
     client.stop()
 
 
@@ -328,7 +328,7 @@ def test_launch_bad_input_is_refused_by_client_and_supervisor(node, kwargs, need
     raw.update(args)
     with pytest.raises(SupervisorRequestError) as caught:  # bypass the client: the supervisor refuses too
         client.request(raw)
-    assert caught.value.code == "bad_request" and needle in str(caught.value)
+    assert caught.value.code == "supervisor.bad_request" and needle in str(caught.value)
     assert client.status()["children"] == []
     client.stop()
 
@@ -350,7 +350,7 @@ def test_lock_contention_at_start_names_owner_and_leaves_nothing_held(node):
     with pytest.raises(SupervisorStartError) as caught:
         node.start("run-b", locks=LOCKS, lock_timeout=0.3)
     err = caught.value
-    assert err.code == "lock_timeout" and err.details["rnic"] == "mlx5_1"
+    assert err.code == "supervisor.lock_timeout" and err.details["rnic"] == "mlx5_1"
     assert "run run-a of controller pytest" in str(err) and f"pid {first['pid']}" in str(err)
     assert err.details["owner"]["run_id"] == "run-a"
     assert node.free("mlx5_0")  # run-b had taken mlx5_0 first and gave it back
@@ -363,7 +363,7 @@ def test_identity_change_inside_locks_is_refused(node):
     # Guards start()'s identity recheck inside the locks.
     with pytest.raises(SupervisorStartError) as caught:
         node.start(boot_id="11111111-2222-3333-4444-555555555555")
-    assert caught.value.code == "identity_mismatch"
+    assert caught.value.code == "supervisor.identity_mismatch"
     assert "boot_id is '0f0e0d0c" in str(caught.value)
     assert node.free("mlx5_0") and node.free("mlx5_1")
     j = journal(os.path.join(node.run_dir("run-1"), "journal.jsonl"))
@@ -468,7 +468,7 @@ def test_unknown_op_and_garbage_request(node):
         client.wait("c0")
     with pytest.raises(SupervisorRequestError) as caught:
         client.wait("c9")
-    assert caught.value.code == "unknown_child"
+    assert caught.value.code == "supervisor.unknown_child"
     client.stop()
 
 
@@ -484,7 +484,7 @@ def test_sigterm_to_supervisor_cleans_up(node):
 def test_missing_interpreter_is_an_error_not_a_traceback(node):
     with pytest.raises(SupervisorStartError) as caught:
         node.start(python="/nonexistent/python3")
-    assert caught.value.code == "os_error" and "/nonexistent/python3" in str(caught.value)
+    assert caught.value.code == "supervisor.os_error" and "/nonexistent/python3" in str(caught.value)
     assert node.free("mlx5_0")
 
 
@@ -492,7 +492,7 @@ def test_supervisor_that_dies_before_ready_is_reported(node):
     # Guards the EOF-without-message path of start_supervisor (start_crashed).
     with pytest.raises(SupervisorStartError) as caught:
         node.start(python="/bin/true")
-    assert caught.value.code == "start_crashed"
+    assert caught.value.code == "supervisor.start_crashed"
     assert node.free("mlx5_0")
 
 
@@ -536,7 +536,7 @@ def test_peer_of_another_uid_is_refused(node):
     answer = json.loads(os.read(out_r, 65536) or b"{}")
     os.close(out_r)
     os.close(dir_fd)
-    assert answer.get("error") == "forbidden" and "peer uid 65534" in answer.get("msg", ""), answer
+    assert answer.get("error") == "supervisor.forbidden" and "peer uid 65534" in answer.get("msg", ""), answer
     assert events(client.journal_path, "connection_refused")[0]["peer_uid"] == 65534
     os.chmod(client.socket_path, 0o600)
     os.chmod(node.run_dir("run-1"), 0o700)

@@ -45,7 +45,7 @@ while True:  # the journal's last page still has room for a few lines: renew unt
     except SupervisorRequestError as exc:
         # os_error: renewed and journaled, but lease.json could not be rewritten (also a clean answer)
         seen["renew_errors"].append(exc.code)
-        if exc.code != "os_error":
+        if exc.code != "supervisor.os_error":
             seen["renew_error"] = [exc.code, str(exc)]
             break
     renewals += 1
@@ -121,13 +121,13 @@ def test_full_disk_gives_whole_lines_and_clean_error_answers(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["fill_errno"] == 28  # ENOSPC: the disk really was full
-    assert seen["renew_error"] is not None and seen["renew_error"][0] == "journal_error", seen
+    assert seen["renew_error"] is not None and seen["renew_error"][0] == "supervisor.journal_error", seen
     assert "could not be written" in seen["renew_error"][1]
-    assert set(seen["renew_errors"]) <= {"os_error", "journal_error"}
-    assert seen["launch_error"] is not None and seen["launch_error"][0] == "journal_error", seen
+    assert set(seen["renew_errors"]) <= {"supervisor.os_error", "supervisor.journal_error"}
+    assert seen["launch_error"] is not None and seen["launch_error"][0] == "supervisor.journal_error", seen
     assert seen["status_journal_error"]
     # stop answered (an error that says the journal is incomplete), killed the child, released the lock
-    assert seen["stop"][0] == "journal_error" and seen["stop"][1] is True, seen
+    assert seen["stop"][0] == "supervisor.journal_error" and seen["stop"][1] is True, seen
     assert seen["lock_free"] is True
     # every line whole: no half line, no gap in seq
     assert seen["ends_with_newline"] and "UNPARSABLE" not in seen["events"], seen["events"]

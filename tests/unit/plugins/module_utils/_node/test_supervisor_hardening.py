@@ -123,7 +123,7 @@ def _run_daemon(node, run_id, cfg_changes):
 )
 def test_supervisor_refuses_a_configuration_that_breaks_the_rules(node, changes, needle):
     message, run_dir = _run_daemon(node, "run-1", changes)
-    assert message.get("ok") is False and message.get("error") == "bad_request", message
+    assert message.get("ok") is False and message.get("error") == "supervisor.bad_request", message
     assert needle in message["msg"]
     # Refused before anything: no lock taken, no lock file, no journal.
     assert not os.path.exists(node.lock_dir) or os.listdir(node.lock_dir) == []
@@ -230,7 +230,7 @@ def test_hung_holder_whose_lease_still_runs_is_left_alone(node):
     try:
         with pytest.raises(SupervisorStartError) as caught:
             node.start("run-b", locks=["mlx5_0"], lock_timeout=1)
-        assert caught.value.code == "lock_timeout"
+        assert caught.value.code == "supervisor.lock_timeout"
         assert alive(ready_a["pid"]) and not node.free("mlx5_0")
     finally:
         os.kill(ready_a["pid"], signal.SIGCONT)
@@ -245,7 +245,7 @@ def test_start_on_the_run_dir_of_a_hung_supervisor_takes_over_once_its_lease_ran
     try:
         with pytest.raises(SupervisorStartError) as caught:  # its lease still runs: refused, not killed
             node.start("run-1", locks=["mlx5_0"])
-        assert caught.value.code == "unresponsive" and "does not answer" in str(caught.value)
+        assert caught.value.code == "supervisor.unresponsive" and "does not answer" in str(caught.value)
         assert alive(ready_a["pid"])
         time.sleep(max(0.0, 6.0 + 3.5 - (time.monotonic() - t0)))  # lease + grace
         ready_b, client = node.start("run-1", locks=["mlx5_0"])
@@ -333,7 +333,7 @@ def _status_eventually(client, timeout=15.0):
         try:
             return client.status()
         except SupervisorRequestError as exc:
-            assert exc.code == "busy", exc
+            assert exc.code == "supervisor.busy", exc
         except SupervisorError:
             pass
         assert time.monotonic() < deadline, "the supervisor stopped answering"

@@ -58,9 +58,9 @@ def test_the_restart_point_of_the_runner_is_returned(tmp_path, supervisor):
 
 
 @pytest.mark.parametrize(("kind", "code", "needle"), [
-    ("exit", "exited_before_restart_point", "exited before its restart point (exit code 3"),
-    ("other", "restart_point_mismatch", "written by pid 1"),
-    ("never", "timeout", "no "),
+    ("exit", "runner.exited_before_restart_point", "exited before its restart point (exit code 3"),
+    ("other", "runner.restart_point_mismatch", "written by pid 1"),
+    ("never", "runner.timeout", "no "),
 ])
 def test_no_restart_point_of_this_runner_is_a_coded_failure(tmp_path, supervisor, kind, code, needle):
     child = _started(tmp_path, supervisor, kind)
