@@ -11,9 +11,11 @@ description:
   - Reads the plan (C(run.json)) and the verdict (C(verdict.json)) of an earlier run and returns the
     planned cases that did not pass there (C(FAIL), or not verified), each with the profile it ran with,
     for the preflight to plan a new run of exactly those cases (C(-e orbite_rerun_from=<run>),
-    C(docs/reports.md)). A run never verified passed none of its cases.
+    C(docs/reports.md)).
+  - An earlier run whose verdict is not final (C(INCOMPLETE): its controller was killed, or it never verified) is
+    verified first and its verdict written into its run directory, so a case whose receipts were fetched before
+    the kill counts as what it is (a passed case is not run again).
   - Fails with C(run_plan.nothing_to_rerun) when every planned case passed.
-  - Read only.
 author:
   - OrbiTE qualification team (@orbite-qualification)
 extends_documentation_fragment:
@@ -32,7 +34,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reads only; the same in check mode.
+      - An earlier run that is not final is verified without writing its verdict.
   diff_mode:
     support: none
 seealso:
@@ -70,13 +72,19 @@ variants:
   type: list
   elements: dict
   sample: [{id: write-events, changes: {}}]
+verified:
+  description: Whether the earlier run was verified now (its verdict was not final).
+  returned: success
+  type: bool
+  sample: true
 verdict:
-  description: The earlier run's verdict, or null when it was never verified.
+  description: The earlier run's verdict (as verified now when RV(verified)), or null when it has none.
   returned: success
   type: str
   sample: FAIL
 code:
-  description: Stable failure code (C(run_plan.invalid), C(run_plan.nothing_to_rerun), C(history.invalid)).
+  description: Stable failure code (C(run_plan.invalid), C(run_plan.nothing_to_rerun), C(history.invalid),
+    C(verdict.unwritable) (the earlier run's verdict could not be written)).
   returned: failure
   type: str
   sample: run_plan.nothing_to_rerun

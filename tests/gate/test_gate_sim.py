@@ -101,6 +101,16 @@ def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(re
     for journal in journals:
         events = [json.loads(line)["ev"] for line in journal.read_text().splitlines()]
         assert "lease_expired" in events and events[-1] == "journal_close", journal
+    # A rerun from the killed run (the preflight's run_origin job) verifies it first: case 1, fetched before the
+    # kill, passes there and is not planned again; case 2, cut, is.
+    from ansible_collections.orbite.qualification.plugins.module_utils._controller.run_origin import origin_of
+
+    found = origin_of(str(run_dir))
+    assert found["verified"] is True and found["origin"]["cases"] == ["write-events"], found
+    verified = json.loads((run_dir / "verdict.json").read_text())
+    assert verified["complete"] is True
+    assert [(c["case"], c["verdict"]) for c in verified["cases"]] == [("read-polling", "PASS"),
+                                                                     ("write-events", "FAIL")]
 
 
 def test_a_held_rnic_lock_fails_the_case_by_name_and_leaves_nothing_held(repo_root, ansible_env, lab, tmp_path):

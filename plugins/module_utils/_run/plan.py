@@ -326,14 +326,15 @@ def _read_json(path, limit, what):
         raise RunPlanError(f"rerun_from: {path}: the {what} cannot be read ({error})") from None
 
 
-def rerun_origin(run_dir):
+def rerun_origin(run_dir, verdict=None):
     """What a rerun of ``run_dir`` plans: the cases that did not pass there (FAIL, or not verified), each with
     the profile and hosts it ran with. {"origin": {"run_id", "run_dir", "cases"}, "profiles": {case: profile},
     "hosts": {case: hosts}, "verdict": the run's verdict or None}.
 
     The cases come from the run's plan (run.json) and its verdict (verdict.json): a planned case the verdict
     does not name as PASS did not pass (a run never verified passed none). A run whose every case passed has
-    nothing to rerun (an error, not an empty run).
+    nothing to rerun (an error, not an empty run). ``verdict``: the run's verdict as just verified, read instead
+    of its verdict.json.
     """
     run_dir = os.path.normpath(run_dir) if isinstance(run_dir, str) else run_dir
     if not (isinstance(run_dir, str) and run_dir.startswith("/")):
@@ -346,7 +347,8 @@ def rerun_origin(run_dir):
             names.is_name(c) and isinstance(profiles.get(c), dict) for c in planned):
         raise RunPlanError(f"rerun_from={run_dir}: run.json cases={quote(planned)}: each must be a case ID with its "
                            "profile in profiles")
-    verdict = _read_json(os.path.join(run_dir, "verdict.json"), VERDICT_READ_LIMIT, "verdict (verdict.json)")
+    if verdict is None:
+        verdict = _read_json(os.path.join(run_dir, "verdict.json"), VERDICT_READ_LIMIT, "verdict (verdict.json)")
     passed = set()
     if isinstance(verdict, dict) and verdict.get("run_id") == plan["run_id"]:
         passed = {c.get("case") for c in verdict.get("cases") or []

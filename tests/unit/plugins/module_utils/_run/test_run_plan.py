@@ -276,3 +276,23 @@ def test_a_cases_own_switches_and_left_out_observers_are_recorded_for_it(tmp_pat
     assert "defects" not in json.loads((tmp_path / "cases" / "b" / "case.json").read_text())
     with pytest.raises(RunPlanError, match=r"cases\[0\].leave_out\[0\]='../x': must be"):
         write_plan(str(tmp_path / "other"), "run-2", [{"id": "a", "profile": PROFILE, "leave_out": ["../x"]}])
+
+
+def test_a_rerun_of_a_run_left_incomplete_verifies_it_first_and_a_final_verdict_is_kept(tmp_path):
+    from ansible_collections.orbite.qualification.plugins.module_utils._controller.run_origin import origin_of
+
+    killed = _origin_run(tmp_path, {"read-polling": "INCOMPLETE", "write-events": "INCOMPLETE"})
+    (killed / "verdict.json").write_text(json.dumps({
+        "schema": "orbite.verdict", "run_id": "ra-1", "verdict": "INCOMPLETE", "complete": False,
+        "cases": [{"case": "read-polling", "verdict": "PASS"}, {"case": "write-events", "verdict": "INCOMPLETE"}]}))
+    looked = origin_of(str(killed), write=False)  # check mode: verified, nothing written
+    assert looked["verified"] is True and json.loads((killed / "verdict.json").read_text())["complete"] is False
+    # Verified now: no case left receipts, so neither passed (the stale PASS of the INCOMPLETE file is not read).
+    found = origin_of(str(killed))
+    assert found["verified"] is True and found["origin"]["cases"] == ["read-polling", "write-events"]
+    written = json.loads((killed / "verdict.json").read_text())
+    assert written["complete"] is True and written["verdict"] == found["verdict"] == "FAIL"
+    # The verdict is final now: a second rerun reads it as it is.
+    again = origin_of(str(killed))
+    assert again["verified"] is False and again["origin"] == found["origin"]
+    assert json.loads((killed / "verdict.json").read_text())["started_at"] == written["started_at"]
