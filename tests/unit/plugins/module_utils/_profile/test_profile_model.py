@@ -76,6 +76,9 @@ RED_CHECKS = [
     ("installed-host", {"mask": "1" * 5000}, "mask.integer"),
     ("installed-host", {"generations": "-1"}, "generations.integer"),
     ("installed-host", {"parents": "16\n"}, "parents.integer"),
+    ("installed-host", {"parents": " 16"}, "parents.integer"),  # a blank is not a digit
+    ("installed-host", {"payload": "65536 "}, "payload.integer"),
+    ("installed-host", {"block": "\t65536"}, "block.integer"),
     ("installed-host", {"parents": 10**5000}, "parents.integer"),
     ("installed-host", {"payload": 1e300}, "payload.integer"),
     ("installed-host", {"rdma_events": "maybe"}, "rdma_events.boolean"),
@@ -418,10 +421,9 @@ def test_arbitrary_field_values_never_raise_anything_but_profile_error(overrides
 
 
 def survey_int(text):
-    """The oracle, written without a regex: ASCII digits between optional spaces/tabs, bounded."""
-    core = text.strip(" \t")
-    if 1 <= len(core) <= pm.INT_DIGITS_MAX and all(c in "0123456789" for c in core):
-        return int(core)
+    """The oracle, written without a regex: ASCII digits and nothing else (no blank either), bounded."""
+    if 1 <= len(text) <= pm.INT_DIGITS_MAX and all(c in "0123456789" for c in text):
+        return int(text)
     return None
 
 int_text = (
@@ -471,9 +473,18 @@ def test_arbitrary_text_for_rdma_events_is_cast_strictly(text):
         assert word in ("true", "yes", "on", "1", "false", "no", "off", "0")
 
 
-@pytest.mark.parametrize("text", ["00016", " 16", "16 ", "\t16"])
-def test_leading_zeros_and_ascii_blanks_are_fine(text):
-    assert pm.validate_profile(dict(VALID["installed-rail-accounting"], parents=text))["parents"] == 16
+def test_leading_zeros_are_fine():
+    assert pm.validate_profile(dict(VALID["installed-rail-accounting"], parents="00016"))["parents"] == 16
+
+
+@pytest.mark.parametrize("text", [" 16", "16 ", "\t16"])
+def test_blanks_around_the_digits_are_refused_naming_field_value_and_rule(text):
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(dict(VALID["installed-rail-accounting"], parents=text))
+    (violation,) = caught.value.violations
+    assert (violation.code, violation.field, violation.value, violation.rule) == (
+        "parents.integer", "parents", text, pm.INT_RULE)
+    assert "ASCII digits" in pm.INT_RULE
 
 
 def test_a_huge_value_is_named_not_printed():
