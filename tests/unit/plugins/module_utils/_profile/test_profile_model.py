@@ -99,6 +99,7 @@ RED_CHECKS = [
     ("installed-host", {"mask": 0}, "mask.range"),
     ("installed-host", {"mask": 4}, "mask.range"),
     ("installed-host", {"parents": 32, "payload": 8 * MIB}, "backing.range"),
+    ("installed-host", {"parents": 32, "payload": 2049, "block": 1}, "wrs.range"),
     # installed-host
     ("installed-host", {"generations": 2}, "host.generations.value"),
     ("installed-host", {"fault_role": "source"}, "host.fault_role.forbidden"),
@@ -471,6 +472,38 @@ def test_arbitrary_text_for_rdma_events_is_cast_strictly(text):
     else:
         assert normalized["rdma_events"] is (word in ("true", "yes", "on", "1"))
         assert word in ("true", "yes", "on", "1", "false", "no", "off", "0")
+
+
+def test_the_issues_absurd_round_is_refused_naming_the_field_value_and_bound():
+    # 32 parents of ~8 MiB with block 1: 268 million WRs a round, inside every other bound.
+    payload = 8 * MIB - 2 * pm.GUARD_BYTES
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(dict(VALID["installed-host"], parents=32, payload=payload, block=1))
+    (violation,) = caught.value.violations
+    assert (violation.code, violation.field, violation.value) == (
+        "wrs.range", "parents*ceil(payload/block)", f"32*ceil({payload}/1)")
+    assert f"gives {32 * payload} payload WRs per round" in violation.rule
+    assert str(pm.MAX_WRS_PER_ROUND) in violation.rule and "parents*ceil(payload/block)" in violation.message
+
+
+@pytest.mark.parametrize("parents, payload, block", [
+    (32, 2048, 1),  # exactly the bound
+    (32, 8 * MIB - 2 * pm.GUARD_BYTES, 4096),  # the heaviest round the bounds allow: 65472 WRs, 256 MiB
+    (31, 2114, 1),  # the ceil count: 2114 slices of 1 B
+])
+def test_a_round_at_or_under_the_wr_bound_is_accepted(parents, payload, block):
+    profile = pm.validate_profile(dict(VALID["installed-host"], parents=parents, payload=payload, block=block))
+    assert pm.derive_workload(profile)["wrs_per_round"] <= pm.MAX_WRS_PER_ROUND
+
+
+def test_the_wr_bound_counts_the_partial_last_slice_as_the_runners_do():
+    # 2 MiB + 1 B in blocks of 1 KiB: 2048 slices by the model's slicing (the last takes the rest), 2049 under
+    # ceil, the count the runners refuse by; the preflight never accepts what a runner would refuse.
+    profile = dict(VALID["installed-host"], parents=32, payload=2048 * 1024 + 1, block=1024)
+    assert pm.derive_workload(pm.validate_profile(dict(profile, parents=1)))["slices_per_parent"] == 2048
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(profile)
+    assert [v.code for v in caught.value.violations] == ["wrs.range"]
 
 
 def test_leading_zeros_are_fine():
