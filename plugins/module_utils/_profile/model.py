@@ -58,7 +58,7 @@ SEND_QUEUE_DEPTH = 8  # payload WRs in flight per QP, at most
 # profile makes): what the runners (sim/orbite_sim/case.py, runners/reference/src/case.rs: each its own constant),
 # the ledgers' WR columns and the verifier's receipt caps (_verify/reading.py) are sized for. Within every other
 # bound a profile could ask for 268 million (32 parents of 8 MiB, block 1): hours of churn, receipts past their caps.
-MAX_WRS_PER_ROUND = 65536
+MAX_WRS_PER_ROUND = 32768
 
 # Frozen rail-accounting profile (seed 000, "Physical rail accounting").
 RAIL_ACCOUNTING_PARENTS = 16

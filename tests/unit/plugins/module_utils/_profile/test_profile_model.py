@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 from hypothesis import example, given, settings
@@ -99,7 +100,7 @@ RED_CHECKS = [
     ("installed-host", {"mask": 0}, "mask.range"),
     ("installed-host", {"mask": 4}, "mask.range"),
     ("installed-host", {"parents": 32, "payload": 8 * MIB}, "backing.range"),
-    ("installed-host", {"parents": 32, "payload": 2049, "block": 1}, "wrs.range"),
+    ("installed-host", {"parents": 16, "payload": 2049, "block": 1}, "wrs.range"),
     # installed-host
     ("installed-host", {"generations": 2}, "host.generations.value"),
     ("installed-host", {"fault_role": "source"}, "host.fault_role.forbidden"),
@@ -487,9 +488,9 @@ def test_the_issues_absurd_round_is_refused_naming_the_field_value_and_bound():
 
 
 @pytest.mark.parametrize("parents, payload, block", [
-    (32, 2048, 1),  # exactly the bound
-    (32, 8 * MIB - 2 * pm.GUARD_BYTES, 4096),  # the heaviest round the bounds allow: 65472 WRs, 256 MiB
-    (31, 2114, 1),  # the ceil count: 2114 slices of 1 B
+    (16, 2048, 1),  # exactly the bound
+    (32, 8 * MIB - 2 * pm.GUARD_BYTES, 8192),  # the heaviest round the bounds allow: 32736 WRs, 256 MiB
+    (31, 1057, 1),  # 32767
 ])
 def test_a_round_at_or_under_the_wr_bound_is_accepted(parents, payload, block):
     profile = pm.validate_profile(dict(VALID["installed-host"], parents=parents, payload=payload, block=block))
@@ -497,13 +498,24 @@ def test_a_round_at_or_under_the_wr_bound_is_accepted(parents, payload, block):
 
 
 def test_the_wr_bound_counts_the_partial_last_slice_as_the_runners_do():
-    # 2 MiB + 1 B in blocks of 1 KiB: 2048 slices by the model's slicing (the last takes the rest), 2049 under
+    # 1 MiB + 1 B in blocks of 1 KiB: 1024 slices by the model's slicing (the last takes the rest), 1025 under
     # ceil, the count the runners refuse by; the preflight never accepts what a runner would refuse.
-    profile = dict(VALID["installed-host"], parents=32, payload=2048 * 1024 + 1, block=1024)
-    assert pm.derive_workload(pm.validate_profile(dict(profile, parents=1)))["slices_per_parent"] == 2048
+    profile = dict(VALID["installed-host"], parents=32, payload=1024 * 1024 + 1, block=1024)
+    assert pm.derive_workload(pm.validate_profile(dict(profile, parents=1)))["slices_per_parent"] == 1024
     with pytest.raises(pm.ProfileError) as caught:
         pm.validate_profile(profile)
     assert [v.code for v in caught.value.violations] == ["wrs.range"]
+
+
+def test_the_runners_refuse_past_the_same_wr_bound_as_the_preflight(repo_root):
+    # Each runner keeps its own constant (the verifier and the runners share no code): they must agree.
+    sim = (repo_root / "sim" / "orbite_sim" / "case.py").read_text()
+    reference = (repo_root / "runners" / "reference" / "src" / "case.rs").read_text()
+    assert re.findall(r"^MAX_WRS_PER_ROUND = (\d+)$", sim, re.M) == [str(pm.MAX_WRS_PER_ROUND)]
+    assert re.findall(r"^const MAX_WRS_PER_ROUND: i128 = (\d+);$", reference, re.M) == [str(pm.MAX_WRS_PER_ROUND)]
+    # ... and count the same way: parents x ceil(payload / block).
+    assert "p[\"parents\"] * -(-p[\"payload\"] // p[\"block\"])" in sim
+    assert "parents * ((payload + block - 1) / block)" in reference
 
 
 def test_leading_zeros_are_fine():
