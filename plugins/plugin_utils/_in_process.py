@@ -26,8 +26,34 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
-from ansible_collections.orbite.qualification.plugins.module_utils._common.job import JobModule
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.module_utils._common.job import JobModule, failure
 from ansible_collections.orbite.qualification.plugins.module_utils._common.job import run_job as job_outcome
+
+
+class NotJsonData(OrbiteError):
+    """Task arguments or a job's result that cannot be made JSON (nested past the interpreter's recursion limit,
+    a cycle): the task's coded failure, never a RecursionError out of the action plugin."""
+
+    code = "job.not_json"
+
+
+def as_json(value, what):
+    """``value`` as a module reads it: JSON types (anything else as its str()), a copy; NotJsonData otherwise."""
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (RecursionError, ValueError, TypeError) as error:
+        raise NotJsonData(f"{what}: cannot be read as JSON data ({type(error).__name__}: {error}); rule: "
+                          "plain data nested less deep than the interpreter's recursion limit") from None
+
+
+def read_args(name, spec, args):
+    """validate() of the task's arguments as the module reads them (JSON types, a copy the job may change), or a
+    coded failure result when they cannot be read at all: (params, no_log values, message, failure or None)."""
+    try:
+        return (*validate(name, spec, as_json(args, f"the arguments of {name}")), None)
+    except Exception as error:  # pylint: disable=broad-except  # the error root: deep, cyclic, unvalidatable
+        return {}, (), None, failure(JobModule({}, False), error)
 
 
 def validate(name, spec, args):
@@ -55,9 +81,12 @@ def finish(result, params, warnings, no_log_values):
     if warnings:
         result["warnings"] = list(warnings)
     preserved = {key: value for key, value in result.items() if value is None or isinstance(value, bool)}
-    result = remove_values(result, set(no_log_values))
-    result.update(preserved)
-    return json.loads(json.dumps(result, default=str))
+    try:
+        result = remove_values(result, set(no_log_values))
+        result.update(preserved)
+        return as_json(result, "the job's result")
+    except Exception as error:  # pylint: disable=broad-except  # the error root, as for the arguments
+        return finish(failure(JobModule({}, False), error), {}, warnings, ())
 
 
 def run_job(name, job, args, check_mode):
@@ -67,8 +96,9 @@ def run_job(name, job, args, check_mode):
     a failure itself is the task's failure with a code, never a traceback (with the job's warnings so far, and
     its no_log values masked).
     """
-    # The arguments as the module reads them: JSON types, a copy the job may change.
-    params, no_log, message = validate(name, job.SPEC, json.loads(json.dumps(args, default=str)))
+    params, no_log, message, failed = read_args(name, job.SPEC, args)
+    if failed is not None:
+        return finish(failed, params, [], no_log)
     module = JobModule(params, check_mode)
     result = {"failed": True, "msg": message} if message is not None else job_outcome(name, job, module)
     return finish(result, params, module.warnings, no_log)

@@ -46,7 +46,7 @@ from ansible.utils.vars import merge_hash
 from ansible_collections.orbite.qualification.plugins.lookup.work_dir import default_work_dir
 from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.entry import JOBS
 from ansible_collections.orbite.qualification.plugins.module_utils._run.package import with_bytecode
-from ansible_collections.orbite.qualification.plugins.plugin_utils._in_process import finish, validate
+from ansible_collections.orbite.qualification.plugins.plugin_utils._in_process import finish, read_args
 from ansible_collections.orbite.qualification.plugins.plugin_utils._payload_cache import cached_payload
 
 COLLECTION = "ansible_collections.orbite.qualification"
@@ -196,7 +196,9 @@ class NodeStepAction(ActionBase):
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return result
-        params, no_log, message = validate(name, self.JOB.SPEC, json.loads(json.dumps(args, default=str)))
+        params, no_log, message, failed = read_args(name, self.JOB.SPEC, args)
+        if failed is not None:
+            return finish(failed, params, [], no_log)
         if message is not None:
             return finish({"failed": True, "msg": message}, params, [], no_log)
         display.vv(f"<{host}> {name}: lean node step")

@@ -24,6 +24,8 @@ from pathlib import Path
 from helpers import observer_log
 from helpers.receipts import ledger_as_columns, ledger_as_rows, reorder
 
+from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import iso_time
+
 ROLES = ("source", "requester")
 SUCCESS = "SUCCESS"
 
@@ -673,6 +675,18 @@ def child_started_before_locks(f):
     f.touched.add("source")
 
 
+def event_after_the_close(f):
+    """An event of a kind no rule reads appended to the source's journal after its close, numbered and timed
+    as the supervisor would have (someone else wrote the journal after the supervisor finished)."""
+    events = f.journals["source"]
+    close = events[-1]
+    assert close["ev"] == "journal_close"
+    at = close["t"] + 0.25
+    events.append({"seq": close["seq"] + 1, "ev": "x_status_note", "t": round(at, 6), "time": iso_time(at),
+                   "note": "all good"})
+    f.touched.add("source")
+
+
 def source_qp_pairs_crossed(f):
     """The source's QPs of rail 0 and rail 1 are each paired with the requester's QP of the other
     rail; the source's parents sit on the matching (crossed) QPs."""
@@ -756,6 +770,7 @@ DEFECTS = {
     "child_started_before_locks": Defect("ih", "journal.order", UNREAD, child_started_before_locks,
                                          writes=("source",)),
     "source_qp_pairs_crossed": Defect("ra", "qps.peers", UNREAD, source_qp_pairs_crossed),
+    "event_after_the_close": Defect("ra", "journal.order", UNREAD, event_after_the_close, writes=("source",)),
 }
 
 

@@ -47,6 +47,7 @@ CODES = {
     "node_step.transport": "a node step's payload did not reach the node or its answer did not come back",
     "node_step.no_result": "a node step ended without a result",
     "job.no_result": "an in-process job returned no result",
+    "job.not_json": "a job's arguments or result are not JSON of bounded depth (nested past the recursion limit)",
     "deploy.invalid": "a deploy list breaks a rule",
     "deploy.unpinned": "a deploy entry names a file the run's artifacts do not pin",
     "deploy.mismatch": "a deployed file does not hash to its pin",

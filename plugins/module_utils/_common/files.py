@@ -14,35 +14,53 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.error
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str, mode: int = 0o600) -> Iterator[BinaryIO]:
+def atomic_writer(path: str, mode: int = 0o600, dir_fd=None) -> Iterator[BinaryIO]:
     """A binary file to write that replaces ``path`` when the block ends, so a reader sees the old or the
     new file, never a part (for content written as a stream, e.g. an archive); an exception leaves
-    ``path`` as it was. The file and its directory are fsynced, so the new content survives a crash."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    ``path`` as it was. The file and its directory are fsynced, so the new content survives a crash.
+    With ``dir_fd`` (an open directory), ``path`` is a name in that directory, never resolved again."""
+    if dir_fd is None:
+        fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
+    else:
+        fd, temporary = _temporary_in(dir_fd)
     try:
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        os.replace(temporary, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
-            os.unlink(temporary)
+            os.unlink(temporary, dir_fd=dir_fd)
         except OSError:
             pass
         raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    if dir_fd is not None:
+        os.fsync(dir_fd)
+        return
+    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
 
 
-def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
+def _temporary_in(dir_fd):
+    """(fd, name) of a new file (0600) in the open directory ``dir_fd``, as tempfile.mkstemp makes one by path."""
+    for _ in range(tempfile.TMP_MAX):
+        name = ".tmp-" + os.urandom(6).hex()
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(name, flags, 0o600, dir_fd=dir_fd), name
+        except FileExistsError:
+            continue
+    raise FileExistsError("no temporary name left in the directory")
+
+
+def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600, dir_fd=None) -> None:
     """Replace ``path`` with ``data`` so a reader sees the old or the new file, never a part."""
-    with atomic_writer(path, mode) as handle:
+    with atomic_writer(path, mode, dir_fd) as handle:
         handle.write(data)
 
 
@@ -90,13 +108,13 @@ def private_dir(path: str, what: str = "directory") -> str:
     return path
 
 
-def atomic_write_text(path: str, text: str, mode: int = 0o600) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), mode)
+def atomic_write_text(path: str, text: str, mode: int = 0o600, dir_fd=None) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode, dir_fd)
 
 
-def atomic_write_json(path: str, data: Any, mode: int = 0o600, indent: int = 2) -> None:
+def atomic_write_json(path: str, data: Any, mode: int = 0o600, indent: int = 2, dir_fd=None) -> None:
     """JSON with sorted keys and a final newline, written atomically."""
-    atomic_write_text(path, json.dumps(data, indent=indent, sort_keys=True) + "\n", mode)
+    atomic_write_text(path, json.dumps(data, indent=indent, sort_keys=True) + "\n", mode, dir_fd)
 
 
 class NotRegularFile(OrbiteError):

@@ -59,6 +59,11 @@ def _run(name, job, module):
     module.fail_json(msg=f"{name}: the job returned no result", code="job.no_result")
 
 
+def failure(module, error):
+    """The job's failure result for ``error``, as fail_from (the one error root) makes it."""
+    return _outcome(fail_from, module, error)
+
+
 def run_job(name, job, module):
     """What ``job`` handed to exit_json or fail_json, run with ``module`` (a :class:`JobModule`).
 
@@ -68,4 +73,4 @@ def run_job(name, job, module):
     try:
         return _outcome(_run, name, job, module)
     except Exception as error:  # pylint: disable=broad-except  # the one error root of every job run this way
-        return _outcome(fail_from, module, error)
+        return failure(module, error)

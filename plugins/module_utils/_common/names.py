@@ -12,6 +12,7 @@ __all__ = (
     "InvalidName",
     "check_hostname",
     "check_name",
+    "host_key",
     "is_hostname",
     "is_name",
     "quote",
@@ -55,3 +56,10 @@ def check_hostname(field: str, value) -> str:
     if not is_hostname(value):
         raise InvalidName(f"{field}={quote(value)}: must be {HOSTNAME_RULE}", field=field)
     return value
+
+
+def host_key(name: str) -> str:
+    """What makes two host names one host: DNS names are case-insensitive ('sim-a' and 'SIM-A' are one machine).
+    The one rule of host identity, for the profile's two hosts, the fleet's hosts and the verifier's check of the
+    host a role ran on (host names are ASCII, so lower() folds nothing else)."""
+    return name.lower()

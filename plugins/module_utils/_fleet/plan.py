@@ -41,11 +41,14 @@ def _host_list(field, value):
         value = [part.strip() for part in value.split(",") if part.strip()]
     if not isinstance(value, (list, tuple)):
         raise FleetPlanError(f"{field}={quote(value)}: must be a list of host names")
-    hosts = []
+    hosts, seen = [], {}
     for host in value:
         names.check_hostname(field, host)
-        if host in hosts:
-            raise FleetPlanError(f"{field}={quote(list(value))}: host {host!r} is listed twice; each host once")
+        key = names.host_key(host)
+        if key in seen:
+            raise FleetPlanError(f"{field}={quote(list(value))}: host {host!r} is listed twice (as {seen[key]!r}); "
+                                 "each host once (host names differing only by case are one host)")
+        seen[key] = host
         hosts.append(host)
     return hosts
 

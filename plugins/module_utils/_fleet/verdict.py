@@ -25,7 +25,13 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
     atomic_write_text,
     read_regular_bytes,
 )
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import FAIL, INCOMPLETE, PASS
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import (
+    FAIL,
+    INCOMPLETE,
+    PASS,
+    md_code,
+    md_text,
+)
 
 FLEET_VERDICT_SCHEMA = ("orbite.fleet-verdict", 1)
 JSON_NAME, MARKDOWN_NAME = "fleet-verdict.json", "fleet-verdict.md"
@@ -211,23 +217,26 @@ def read_fleet_verdict(path):
 
 
 def render_markdown(verdict):
-    lines = [f"# Fleet {verdict.get('fleet_id')}: {verdict['verdict']}", ""]
+    """The fleet verdict as Markdown; every value from a verdict file shown as literal text (md_text)."""
+    lines = [f"# Fleet {md_text(verdict.get('fleet_id'))}: {md_text(verdict['verdict'])}", ""]
     scope = "merged from slices " + ", ".join(verdict.get("slices") or []) if verdict.get("merged") else (
         f"slice {verdict['slice']}" if verdict.get("slice") else "whole fleet")
     counts = verdict["counts"]
-    lines += [f"{scope}; {counts['passed']} of {counts['rows']} pair-case row(s) passed, {counts['failed']} failed, "
-              f"{counts['incomplete']} incomplete; complete: {str(verdict['complete']).lower()}", ""]
+    lines += [f"{md_text(scope)}; {counts['passed']} of {counts['rows']} pair-case row(s) passed, "
+              f"{counts['failed']} failed, {counts['incomplete']} incomplete; complete: "
+              f"{str(verdict['complete']).lower()}", ""]
     lines += ["| pair | source | requester | case | verdict | failed codes |", "|---|---|---|---|---|---|"]
     for row in verdict["rows"]:
-        lines.append(f"| {row['pair']} | {row['source']} | {row['requester']} | {row['case']} | {row['verdict']} "
-                     f"| {', '.join(row['failed_codes']) or '-'} |")
+        cells = [row["pair"], row["source"], row["requester"], row["case"], row["verdict"],
+                 ", ".join(row["failed_codes"]) or "-"]
+        lines.append("| " + " | ".join(md_text(cell) for cell in cells) + " |")
     if verdict["findings"]:
         lines += ["", "## Why not PASS" if verdict["verdict"] != PASS else "## Notes", ""]
-        lines += [f"- `{f['code']}`: {f['message']}" for f in verdict["findings"]]
+        lines += [f"- {md_code(f['code'])}: {md_text(f['message'])}" for f in verdict["findings"]]
     if verdict.get("pairs"):
         lines += ["", "## Pairs", ""]
-        lines += [f"- {p['id']} {p['source']} -> {p['requester']}: {p['verdict']}"
-                  + (f" ({p['run_dir']}/verdict.md)" if p.get("run_dir") else "") for p in verdict["pairs"]]
+        lines += [f"- {md_text(p['id'])} {md_text(p['source'])} -> {md_text(p['requester'])}: {md_text(p['verdict'])}"
+                  + (f" ({md_text(p['run_dir'])}/verdict.md)" if p.get("run_dir") else "") for p in verdict["pairs"]]
     return "\n".join(lines) + "\n"
 
 

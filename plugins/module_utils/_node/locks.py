@@ -70,6 +70,28 @@ def check_private_dir(path: str, what: str) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         raise LockDirError(f"{what} {path}: does not exist") from None
+    _check_private(st, path, what)
+
+
+def open_private_dir(path: str, what: str) -> int:
+    """An open descriptor of ``path`` once it is checked private as check_private_dir says, the check made on
+    that descriptor (fstat): reading through it (``dir_fd``) reads the directory checked, even if ``path`` is
+    swapped for a link or another directory after the check. The last component is never a followed link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise LockDirError(f"{what} {path}: does not exist") from None
+    except OSError as exc:  # ELOOP: a link; ENOTDIR: a file
+        raise LockDirError(f"{what} {path}: must be a real directory (not a symlink or file): {exc.strerror}") from None
+    try:
+        _check_private(os.fstat(fd), path, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_private(st: os.stat_result, path: str, what: str) -> None:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise LockDirError(f"{what} {path}: must be a real directory (not a symlink or file)")
     mode = stat.S_IMODE(st.st_mode)

@@ -54,6 +54,11 @@ INFLIGHT_MAX_BLOCK = 16 * MIB
 
 ROUNDS_PER_GENERATION = 3
 SEND_QUEUE_DEPTH = 8  # payload WRs in flight per QP, at most
+# Payload WRs a round, at most, counted as parents x ceil(payload / block) (the most slices any slicing of the
+# profile makes): what the runners (sim/orbite_sim/case.py, runners/reference/src/case.rs: each its own constant),
+# the ledgers' WR columns and the verifier's receipt caps (_verify/reading.py) are sized for. Within every other
+# bound a profile could ask for 268 million (32 parents of 8 MiB, block 1): hours of churn, receipts past their caps.
+MAX_WRS_PER_ROUND = 32768
 
 # Frozen rail-accounting profile (seed 000, "Physical rail accounting").
 RAIL_ACCOUNTING_PARENTS = 16
@@ -538,7 +543,7 @@ def _check_enums(p, violations):
             violations.append(Violation(code, field, p[field], f"must be one of {', '.join(allowed)}"))
             del p[field]
     # Host names are case-insensitive (DNS): 'sim-a' and 'SIM-A' would be one host twice.
-    if "source" in p and "requester" in p and p["source"].lower() == p["requester"].lower():
+    if "source" in p and "requester" in p and names.host_key(p["source"]) == names.host_key(p["requester"]):
         violations.append(
             Violation(
                 "requester.distinct", "requester", p["requester"], "must name a different inventory host than source"
@@ -573,6 +578,8 @@ def _check_gate_bounds(p, violations):
         violations.append(
             Violation("mask.range", "mask", p["mask"], "must be 1, 2 or 3 (bit i enables rail i; two rails)")
         )
+    if parents_ok and payload_ok and isinstance(p.get("block"), int) and p["block"] >= 1:
+        _check_wrs_per_round(p, violations)
     if parents_ok and payload_ok:
         backing = backing_per_peer(p["parents"], p["payload"])
         if backing > MAX_BACKING_PER_PEER:
@@ -585,6 +592,20 @@ def _check_gate_bounds(p, violations):
                     f"exceeds the gate bound of {MAX_BACKING_PER_PEER} B",
                 )
             )
+
+
+def _check_wrs_per_round(p, violations):
+    wrs = p["parents"] * -(-p["payload"] // p["block"])
+    if wrs > MAX_WRS_PER_ROUND:
+        violations.append(
+            Violation(
+                "wrs.range",
+                "parents*ceil(payload/block)",
+                f"{p['parents']}*ceil({p['payload']}/{p['block']})",
+                f"gives {wrs} payload WRs per round; the gate bound is {MAX_WRS_PER_ROUND} "
+                f"(MAX_WRS_PER_ROUND, what the runners and the verifier are sized for): raise block or lower parents",
+            )
+        )
 
 
 def _apply_defaults(mode, p):

@@ -34,6 +34,9 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
     read_regular_bytes,
 )
 
+# The caps are the verifier's side of the gate's bound on payload WRs a round (the profile model's
+# MAX_WRS_PER_ROUND): the largest case the preflight accepts (a restart survivor logging the bound in each of
+# 3 generations x 3 rounds, JSON lines) fills at most half of each (tests/unit/sim/test_sim_restart.py).
 # One JSON document (ledger, inventory, case.json, run.json, a gate note): the largest healthy one,
 # a rail-accounting ledger, is about 70 kB; a ledger listing 500,000 WRs (bench/bench_verifier.py)
 # about 100 MB.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
@@ -234,25 +235,44 @@ def junit_xml(verdict):
 # --- Markdown -----------------------------------------------------------------------------------
 
 
-def _cell(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# Receipt text shown as Markdown text: no raw HTML (a renderer would run <script> or fetch <img src=...>), no
+# link or image (![](url) fetches like <img>), no code span or table cell it could open or close. The backslash
+# goes first so a receipt's own backslash cannot undo an escape.
+_MD_ESCAPES = (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]"),
+               ("`", "\\`"), ("|", "\\|"), ("\r", " "), ("\n", " "))
+_CODE_SAFE = re.compile(r"[A-Za-z0-9._:/@+=-]+")
+
+
+def md_text(text):
+    """``text`` (anything: str() of it) as literal Markdown text on one line, safe in a table cell."""
+    text = str(text)
+    for raw, escaped in _MD_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text
+
+
+def md_code(text):
+    """``text`` as a code span when it holds only name characters, else as md_text (a code span shows its
+    content raw, so only text that needs no escape goes in one)."""
+    text = str(text)
+    return f"`{text}`" if _CODE_SAFE.fullmatch(text) else md_text(text)
 
 
 def markdown(verdict):
     counts = verdict.get("counts") or {}
     diagnostic = _diagnostic(verdict)
-    title = f"# Verdict: {verdict['verdict']}" + (f" (diagnostic only: {diagnostic})" if diagnostic else "")
+    title = f"# Verdict: {verdict['verdict']}" + (f" (diagnostic only: {md_text(diagnostic)})" if diagnostic else "")
     lines = [title, ""]
     if verdict["verdict"] == INCOMPLETE:
         lines += [f"**INCOMPLETE, not a PASS**: {counts.get('cases_incomplete', 0)} of {counts.get('cases', 0)} "
                   "planned case(s) not verified (the run did not finish, or is still going).", ""]
     if verdict.get("reports_cut"):
-        lines += [f"Short form only: {verdict['reports_cut']}.", ""]
+        lines += [f"Short form only: {md_text(verdict['reports_cut'])}.", ""]
     if isinstance(verdict.get("origin"), dict):
-        lines += [f"Rerun of `{verdict['origin'].get('run_id')}` ({verdict['origin'].get('run_dir')}): the cases that "
-                  "did not pass there.", ""]
+        lines += [f"Rerun of {md_code(verdict['origin'].get('run_id'))} ({md_text(verdict['origin'].get('run_dir'))}): "
+                  "the cases that did not pass there.", ""]
     lines += [
-        f"Run `{verdict['run_id']}`" + ("" if verdict["complete"] else " (incomplete: verdict so far)"),
+        f"Run {md_code(verdict['run_id'])}" + ("" if verdict["complete"] else " (incomplete: verdict so far)"),
         "",
         f"{counts.get('pass', 0)} rules passed, {counts.get('fail', 0)} failed, {counts.get('skip', 0)} skipped "
         f"over {counts.get('cases', 0)} planned case(s): {counts.get('cases_passed', 0)} passed, "
@@ -260,17 +280,18 @@ def markdown(verdict):
         "",
     ]
     lines += ["## Artifacts qualified", "", "| artifact | sha256 and path |", "|---|---|"]
-    lines += [f"| `{name}` | {_cell(value)} |" for name, value in artifact_lines(verdict)]
+    lines += [f"| {md_code(name)} | {md_text(value)} |" for name, value in artifact_lines(verdict)]
     lines.append("")
     sections = [("run", verdict["verdict"], verdict.get("run_findings") or [])]
     sections += [(case["case"], case["verdict"], case["findings"]) for case in verdict["cases"]]
     for name, status, findings in sections:
-        lines += [f"## {name}: {status}", ""]
+        lines += [f"## {md_text(name)}: {status}", ""]
         if status == INCOMPLETE and name != "run":
             lines += ["Not verified: the run did not finish.", ""]
             continue
         lines += ["| rule | status | detail |", "|---|---|---|"]
         for found in findings:
-            lines.append(f"| `{found['code']}` | {found['status']} | {_cell(found['message'] or found['meaning'])} |")
+            lines.append(f"| {md_code(found['code'])} | {found['status']} | "
+                         f"{md_text(found['message'] or found['meaning'])} |")
         lines.append("")
     return "\n".join(lines)

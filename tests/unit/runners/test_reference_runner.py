@@ -217,6 +217,8 @@ def test_protocol(runner):
     ({"verbs_library": {"path": "relative.so", "sha256": "0" * 64}}, "verbs_library.path"),
     ({"rails": [{"device": "mlx5_0", "port": 1, "gid_index": 3}]}, "rails"),
     ({"generation": 2}, "generation"),
+    # One payload WR past the gate's bound (the profile model's MAX_WRS_PER_ROUND): refused on the runner's side too.
+    ({"profile": H.profile(parents=16, payload=2049, block=1)}, "profile.block"),
 ])
 def test_case_errors_exit_2_naming_the_field(runner, tmp_path, over, field):
     if over.get("verbs_library") == "wrong sha256":  # the lab's provider, another hash: never loaded

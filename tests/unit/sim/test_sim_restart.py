@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from helpers.sim_restart_pair import RESTART_POINT, findings_by_code, healthy_runs, mode_profile, run_restart_pair
 
+from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import reading
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import RULES
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
@@ -54,6 +56,44 @@ def test_a_healthy_restart_passes_with_every_restart_rule_applied(healthy, fault
     for code in [*RESTART_CODES, "journal.children", "identity.processes", "identity.epochs", "qps.reuse",
                  "ledger.exit", "ledger.errors"]:
         assert findings[code]["status"] == "PASS", (code, findings[code])
+
+
+def _grown(data, per_wr_part, wrs, most):
+    """(bytes, JSON values) of a receipt whose ``per_wr_part`` (bytes) grows with the payload WRs, from ``wrs`` to
+    ``most``; the rest stays as it is."""
+    values = reading.measure(data, lines=True)[1]
+    part_values = reading.measure(per_wr_part, lines=True)[1]
+    scale = most / wrs
+    return len(data) + len(per_wr_part) * (scale - 1), values + part_values * (scale - 1)
+
+
+def test_the_verifiers_caps_hold_the_largest_case_the_gate_allows_with_room(healthy):
+    """The verifier's side of MAX_WRS_PER_ROUND: the receipts that grow with the WRs (a ledger's WR columns, the
+    survivor's three observer records per WR, JSON lines: the larger format) grown from this run's to the bound in
+    every round one process lives (the most generations, 3 rounds each) stay within 3/4 of each cap."""
+    case = healthy["source"] / "cases" / "c1"
+    profile = json.loads((case / "case.json").read_text())["profile"]
+    assert profile["generations"] == 3  # the most any mode allows
+    most = model.MAX_WRS_PER_ROUND * model.ROUNDS_PER_GENERATION * profile["generations"]
+    case_bytes = case_values = 0
+    for path in sorted(p for p in case.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.suffix == ".jsonl" and path.name.startswith("observer-"):
+            lines = data.splitlines(keepends=True)
+            per_wr = b"".join(line for line in lines if json.loads(line).get("ev") in ("wr", "cqe", "data"))
+            wrs = sum(json.loads(line).get("ev") == "wr" for line in lines)
+            size, values = _grown(data, per_wr, wrs, most)
+            assert size <= 0.75 * reading.MAX_LOG_BYTES and values <= 0.75 * reading.MAX_VALUES, (path, size, values)
+        elif path.name == "ledger.json" and json.loads(data).get("rounds"):
+            rounds = json.loads(data)["rounds"]
+            per_wr = "".join(json.dumps(r["wrs"], separators=(",", ":")) for r in rounds).encode()
+            wrs = sum(len(r["wrs"]["wr_id"]) for r in rounds)
+            size, values = _grown(data, per_wr, wrs, most / profile["generations"]) if wrs else (len(data), 0)
+            assert size <= 0.75 * reading.MAX_DOCUMENT_BYTES and values <= 0.75 * reading.MAX_VALUES, (path, size)
+        else:
+            size, values = len(data), 0
+        case_bytes, case_values = case_bytes + size, case_values + values
+    assert case_bytes <= 0.75 * reading.MAX_CASE_BYTES and case_values <= 0.75 * reading.MAX_CASE_VALUES
 
 
 def test_the_receipts_show_the_restart_the_seed_describes(healthy):

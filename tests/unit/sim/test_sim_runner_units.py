@@ -20,7 +20,7 @@ sys.path.insert(0, str(FIXTURES / "sim"))
 
 import sim_harness as H
 from orbite_sim import content, sysfs, verbs
-from orbite_sim.case import validate_case
+from orbite_sim.case import MAX_WRS_PER_ROUND, validate_case
 from orbite_sim.engine import slice_plan
 from orbite_sim.errors import CaseError, EngineError
 
@@ -393,6 +393,22 @@ def test_case_errors_name_field_value_and_rule(mutate, message):
     with pytest.raises(CaseError) as err:
         validate_case(case)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("parents", "payload", "block", "refused"), [
+    (16, 2048, 1, False), (16, 2049, 1, True), (32, 1024 * 1024 + 1, 1024, True), (32, 8380416, 8192, False)])
+def test_the_runner_refuses_past_the_gates_wr_bound_on_its_own(parents, payload, block, refused):
+    case = copy.deepcopy(_case())
+    case["profile"].update(mode="installed-host", parents=parents, payload=payload, block=block, num_lanes=3)
+    case["profile"].pop("discovery")
+    case.pop("discovery")
+    case["rails"] = [{"device": "mlx5_0", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}]
+    if not refused:
+        validate_case(case)
+        return
+    with pytest.raises(CaseError) as err:
+        validate_case(case)
+    assert f"the simulated runner allows at most {MAX_WRS_PER_ROUND}" in str(err.value)
 
 
 def test_valid_case_gets_defaults():

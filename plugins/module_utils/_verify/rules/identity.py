@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import EVERY_RUN, declare, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
@@ -327,7 +328,7 @@ def _names_host(planned, hostname):
     """True when the node's kernel host name is the plan's host (equal, or one the other's first label)."""
     if not isinstance(planned, str) or not isinstance(hostname, str) or not planned or not hostname:
         return False
-    planned, hostname = planned.lower(), hostname.lower()
+    planned, hostname = names.host_key(planned), names.host_key(hostname)
     return planned == hostname or planned == hostname.split(".")[0] or hostname == planned.split(".")[0]
 
 

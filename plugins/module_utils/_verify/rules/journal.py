@@ -186,14 +186,15 @@ def check_journal_env(case):
 
 @rule("journal.order", "journal",
       "every RNIC locked and the node rechecked before a runner started; no lock released before every runner "
-      "was reaped",
+      "was reaped; nothing after the journal's close (of any kind) but a new supervisor's journal_open",
       witness=("journal",), needs=("journals",), after=("journal.identity", "journal.locks", "journal.children"))
 def check_journal_order(case):
     """The order of the supervisor's own events (docs/supervisor.md): locks, the identity recheck
-    inside them, then the children; each child reaped before the first lock is released."""
+    inside them, then the children; each child reaped before the first lock is released; the close last."""
     problems = []
     for role in ROLES:
         journal, path = _journal(case, role)
+        problems.extend((f"{role}: {what}", path) for what in _after_the_close(journal["events"]))
         at = defaultdict(list)
         for index, event in enumerate(journal["events"]):
             at[event.get("ev")].append((index, event))
@@ -221,3 +222,20 @@ def check_journal_order(case):
             problems.append((f"{role}: runner pid(s) {unreaped} not reaped before the first lock release "
                              f"({released!r})", path))
     return problems
+
+
+def _after_the_close(events):
+    """The events a closed journal holds after its journal_close, named: the supervisor writes none (only a
+    supervisor started again on the run directory opens a new session). Checked by position, whatever the
+    kind: a rule that reads only the kinds it knows would miss one of a kind it does not."""
+    closed, found = None, []
+    for index, event in enumerate(events):  # the header (line 1) is not among them
+        kind = event.get("ev")
+        if closed is not None and kind != "journal_open":
+            found.append(f"line {index + 2} ({kind!r}, seq {event.get('seq')!r}) follows the journal's close "
+                         f"(seq {closed.get('seq')!r}): a closed journal is final")
+        if kind == "journal_close":
+            closed = event
+        elif kind == "journal_open":
+            closed = None
+    return found[:1] + ([f"and {len(found) - 1} more event(s) after the close"] if len(found) > 1 else [])

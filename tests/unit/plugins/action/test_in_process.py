@@ -134,7 +134,8 @@ def test_run_origin_action_is_the_module(tmp_path):
         (tmp_path / twin).mkdir()
         planned(tmp_path / twin)
     origin = same("run_origin", tmp_path, {"run": "{d}/run"})
-    assert origin["origin"]["cases"] == ["read-polling"] and origin["verdict"] is None
+    # Never verified: verified now (no receipts, so FAIL) and planned again.
+    assert origin["origin"]["cases"] == ["read-polling"] and origin["verdict"] == "FAIL" and origin["verified"]
     unknown = same("run_origin", tmp_path, {"run": "nope", "runs_dir": "{d}"})
     assert unknown["failed"] and unknown["code"] and "nope" in unknown["msg"]
 
@@ -239,6 +240,31 @@ def test_check_mode_warnings_defaults_and_no_log_reach_the_job_and_the_result():
     assert seen == {"check_mode": True, "params": {"name": "a", "token": "s3cret", "count": 3}}
     assert result["warnings"] == ["careful"] and "s3cret" not in json.dumps(result)
     assert result["invocation"]["module_args"]["count"] == 3
+
+
+def _deep(levels=100_000):
+    nested = []
+    for _ in range(levels):
+        nested = [nested]
+    return nested
+
+
+def test_an_argument_nested_past_the_recursion_limit_is_a_coded_failure_not_a_recursion_error():
+    job = _job(lambda module: pytest.fail("the job ran on arguments it could not read"), data={"type": "raw"})
+    result = _in_process.run_job("orbite.qualification.x", job, {"name": "a", "data": _deep()}, False)
+    assert result["failed"] and result["code"] == "job.not_json", result
+    assert result["msg"].startswith("the arguments of orbite.qualification.x: cannot be read as JSON data")
+    assert "recursion limit" in result["msg"] and "Traceback" not in json.dumps(result)
+
+
+def test_a_result_nested_past_the_recursion_limit_is_a_coded_failure_with_the_jobs_warnings():
+    def run(module):
+        module.warn("made it")
+        module.exit_json(changed=False, deep=_deep())
+
+    result = _in_process.run_job("orbite.qualification.x", _job(run), {"name": "a"}, False)
+    assert result["failed"] and result["code"] == "job.not_json" and result["warnings"] == ["made it"], result
+    assert result["msg"].startswith("the job's result: cannot be read as JSON data")
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -2,12 +2,15 @@
 every file it was made of is unchanged and the zip is its own; built again otherwise; never from a directory that
 is not the user's private one; never an error."""
 
+import hashlib
+import importlib.util
 import json
 import os
 
 import pytest
 
-from ansible_collections.orbite.qualification.plugins.plugin_utils import _node_step
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import sha256_file
+from ansible_collections.orbite.qualification.plugins.plugin_utils import _node_step, _payload_cache
 from ansible_collections.orbite.qualification.plugins.plugin_utils._payload_cache import MANIFEST, cached_payload
 
 
@@ -80,6 +83,64 @@ def test_a_kept_zip_that_is_a_link_is_never_followed(tmp_path):
     zipped.unlink()
     zipped.symlink_to(elsewhere)
     assert build.take(cache) == build.payload and build.calls == 2
+
+
+def plant(directory, payload, files):
+    """A payload and a manifest of the cache's own layout in ``directory``: what an attacker would write."""
+    directory.mkdir(exist_ok=True)
+    digest = hashlib.sha256(payload).hexdigest()
+    (directory / f"node-steps-{digest}.zip").write_bytes(payload)
+    (directory / MANIFEST).write_text(json.dumps({
+        "schema": _payload_cache.SCHEMA, "magic": importlib.util.MAGIC_NUMBER.hex(), "payload_sha256": digest,
+        "files": {str(path): sha256_file(str(path)) for path in files}}))
+
+
+def swap_after_the_check(monkeypatch, cache, elsewhere):
+    """Between the cache's check and its reads, ``cache`` becomes a link to ``elsewhere`` (the race of a user
+    who can rename entries in its parent, made deterministic)."""
+    checked = _payload_cache.open_private_dir
+
+    def check_then_swap(path, what):
+        fd = checked(path, what)
+        os.rename(cache, cache.with_name("cache.checked"))
+        os.symlink(elsewhere, cache)
+        return fd
+    monkeypatch.setattr(_payload_cache, "open_private_dir", check_then_swap)
+
+
+def test_a_directory_swapped_for_a_link_after_the_check_is_never_read(tmp_path, monkeypatch):
+    build, cache, evil = Builder(tmp_path), tmp_path / "cache", tmp_path / "evil"
+    build.take(cache)
+    # The strongest planted cache: its manifest pins every real file with its real digest.
+    plant(evil, b"PK attacker", [*build.sources, build.builder])
+    swap_after_the_check(monkeypatch, cache, evil)
+    assert build.take(cache) == build.payload and build.calls == 1  # the checked directory's payload
+
+
+def test_a_payload_built_after_a_swap_is_written_into_the_checked_directory(tmp_path, monkeypatch):
+    build, cache, evil = Builder(tmp_path), tmp_path / "cache", tmp_path / "evil"
+    plant(evil, b"PK attacker", [*build.sources, build.builder])
+    planted = sorted(os.listdir(evil))
+    swap_after_the_check(monkeypatch, cache, evil)
+    assert build.take(cache) == build.payload and build.calls == 1
+    assert sorted(os.listdir(evil)) == planted  # nothing written, nothing removed there
+    assert any(n.endswith(".zip") for n in os.listdir(tmp_path / "cache.checked"))
+
+
+@pytest.mark.parametrize("pinned", ["none", "sources only"])
+def test_a_manifest_that_does_not_pin_the_builder_is_never_used(tmp_path, pinned):
+    build, cache = Builder(tmp_path), tmp_path / "cache"
+    build.take(cache)
+    plant(cache, b"PK planted", [] if pinned == "none" else build.sources)
+    assert build.take(cache) == build.payload and build.calls == 2
+
+
+def test_a_cache_directory_that_is_a_link_is_neither_read_nor_written(tmp_path):
+    build, cache, evil = Builder(tmp_path), tmp_path / "cache", tmp_path / "evil"
+    plant(evil, b"PK attacker", [*build.sources, build.builder])
+    cache.symlink_to(evil)
+    assert build.take(cache) == build.payload and build.calls == 1
+    assert build.take(cache) == build.payload and build.calls == 2  # built each time: nothing kept there
 
 
 @pytest.mark.parametrize("mode", [0o750, 0o707, 0o777], ids=["0750", "0707", "0777"])

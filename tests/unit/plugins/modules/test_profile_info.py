@@ -123,3 +123,15 @@ def test_a_case_may_reverse_its_hosts_after_its_changes(tmp_path, repo_root):
     assert [(c["profile"]["source"], c["profile"]["requester"]) for c in result["cases"]] == [
         ("rnic-1", "rnic-2"), ("rnic-2", "rnic-1")], result
     assert result["cases"][0]["workload"] == result["cases"][1]["workload"]  # the workload names no host
+
+
+def test_an_absurd_round_is_refused_in_the_preflight_naming_field_value_and_bound(tmp_path):
+    # Issue 32: 32 parents of ~8 MiB with block 1 is 268 million WRs a round, inside every other bound.
+    result = run_module("profile_info", tmp_path, {"profile": dict(GOOD, parents=32, payload=8380416, block=1)})
+    assert result["failed"] is True and result["code"] == "profile.invalid", result
+    assert [v["code"] for v in result["violations"]] == ["wrs.range"]
+    assert "parents*ceil(payload/block) = '32*ceil(8380416/1)'" in result["msg"], result["msg"]
+    assert "gives 268173312 payload WRs per round; the gate bound is 32768" in result["msg"]
+    just_under = run_module("profile_info", tmp_path, {"profile": dict(GOOD, parents=32, payload=8380416, block=8192)})
+    assert just_under.get("failed") is not True and just_under["workload"]["wrs_per_round"] == 32736, just_under
+

@@ -74,13 +74,13 @@ def test_old_file_stays_visible_until_the_rename(tmp_path, monkeypatch):
         synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
         real_fsync(fd)
 
-    def replace(source, destination):
+    def replace(source, destination, **at):
         seen["target"] = target.read_text()
         with open(source, encoding="utf-8") as handle:
             seen["temporary"] = handle.read()
         seen["same_dir"] = os.path.dirname(os.path.abspath(source)) == str(tmp_path)
         seen["synced_before"] = list(synced)
-        real_replace(source, destination)
+        real_replace(source, destination, **at)
 
     monkeypatch.setattr(files.os, "fsync", fsync)
     monkeypatch.setattr(files.os, "replace", replace)
@@ -93,6 +93,24 @@ def test_old_file_stays_visible_until_the_rename(tmp_path, monkeypatch):
     }
     assert synced == [False, True]  # then the directory, so the rename survives a crash
     assert target.read_text() == "new content"
+
+
+def test_through_a_directory_descriptor_the_name_lands_in_that_directory_whatever_its_path_became(tmp_path):
+    checked = tmp_path / "checked"
+    checked.mkdir()
+    dir_fd = os.open(checked, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        checked.rename(tmp_path / "moved")
+        checked.symlink_to(tmp_path / "elsewhere")  # a dangling link where the path was
+        atomic_write_json("state.json", {"b": 1}, dir_fd=dir_fd)
+        with pytest.raises(TypeError):
+            atomic_write_bytes("torn", "text, not bytes", dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    assert os.listdir(tmp_path / "moved") == ["state.json"]  # and no temporary left
+    assert (tmp_path / "moved" / "state.json").read_text() == '{\n  "b": 1\n}\n'
+    assert oct(os.stat(tmp_path / "moved" / "state.json").st_mode & 0o777) == "0o600"
+    assert not (tmp_path / "elsewhere").exists()
 
 
 class Interrupted(BaseException):

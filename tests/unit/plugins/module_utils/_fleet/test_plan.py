@@ -76,6 +76,8 @@ def test_a_slice_runs_only_the_pairs_among_its_hosts():
     ({"hosts": [], "pairing": "all"}, ["hosts=[]", "empty"]),
     ({"hosts": ["h0"], "pairing": "ring"}, ["hosts=['h0']", "single host"]),
     ({"hosts": ["h0", "h0"], "pairing": "ring"}, ["listed twice"]),
+    ({"hosts": ["a", "A"], "pairing": "all"}, ["hosts=['a', 'A']", "'A' is listed twice (as 'a')", "by case"]),
+    ({"hosts": ["h0", "h1"], "pairing": "ring", "fleet_hosts": ["h0", "h1", "H1"]}, ["fleet_hosts=", "twice"]),
     ({"hosts": ["h0", "bad host"], "pairing": "ring"}, ["hosts='bad host'", "DNS host name"]),
     ({"hosts": HOSTS[:3], "pairing": "star"}, ["pairing='star'", "all, ring, list"]),
     ({"hosts": HOSTS[:3], "pairing": "list", "pairs": [["h0", "h9"]]},
@@ -95,6 +97,32 @@ def test_bad_input_names_field_value_and_rule(kwargs, words):
         plan_fleet(**kwargs)
     for word in words:
         assert word in str(err.value)
+
+
+@pytest.mark.parametrize("source, requester", [("a", "A"), ("sim-a", "SIM-A"), ("Lab-1.example", "lab-1.EXAMPLE"),
+                                               ("a", "b"), ("sim-a", "sim-a1")])
+def test_the_planner_and_the_profile_agree_on_what_is_one_host(source, requester):
+    """One rule of host identity (names.host_key): two names the profile refuses as one host are one host to
+    the planner too, never a pair it would run in one wave."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
+
+    profile = {"source": source, "requester": requester, "source_kind": "cpu", "requester_kind": "cpu",
+               "transport": "rdma", "mode": "installed-host", "operation": "read", "rdma_events": False,
+               "parents": 1, "payload": 4096, "block": 4096, "num_lanes": 1, "mask": 1}
+    try:
+        model.validate_profile(profile)
+        profile_one_host = False
+    except model.ProfileError as error:
+        assert [v.code for v in error.violations] == ["requester.distinct"]
+        profile_one_host = True
+    try:
+        plan = plan_fleet([source, requester], "all")
+        planner_one_host = False
+        assert _check_waves(plan) == 2
+    except OrbiteError as error:
+        assert "listed twice" in str(error)
+        planner_one_host = True
+    assert planner_one_host == profile_one_host == (source.lower() == requester.lower())
 
 
 @st.composite

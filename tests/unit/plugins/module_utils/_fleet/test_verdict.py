@@ -10,6 +10,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._fleet.plan i
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet.verdict import (
     fleet_verdict,
     merge_verdicts,
+    render_markdown,
 )
 
 HOSTS = ["h0", "h1", "h2", "h3"]
@@ -55,6 +56,17 @@ def test_one_bad_pair_keeps_the_fleet_from_pass(change, verdict, code):
     assert got["verdict"] == verdict
     assert code in got["failed_codes"] + [f["code"] for f in got["findings"]]
     assert len(got["rows"]) == 8  # still one row per planned pair and case
+
+
+def test_the_markdown_shows_a_pair_verdicts_text_as_text_never_markup():
+    plan = _plan()
+    verdicts = {p["id"]: _run_verdict(["PASS", "PASS"]) for p in plan["pairs"]}
+    verdicts["p3"] = dict(_run_verdict(["PASS", "FAIL"]), verdict="<img src=x>", run_dir="/r/<script>x</script>",
+                          failed_codes=["<script>alert(1)</script>"])
+    verdicts["p3"]["cases"][1]["findings"][0]["code"] = "![p](http://x/p.png)"
+    text = render_markdown(fleet_verdict(plan, CASES, verdicts))
+    assert "<" not in text and "](" not in text.replace("\\](", ""), text
+    assert "&lt;img src=x&gt;" in text and "\\[p\\]" in text  # shown, as text
 
 
 def test_a_fleet_still_running_is_incomplete():

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 from hypothesis import example, given, settings
@@ -76,6 +77,9 @@ RED_CHECKS = [
     ("installed-host", {"mask": "1" * 5000}, "mask.integer"),
     ("installed-host", {"generations": "-1"}, "generations.integer"),
     ("installed-host", {"parents": "16\n"}, "parents.integer"),
+    ("installed-host", {"parents": " 16"}, "parents.integer"),  # a blank is not a digit
+    ("installed-host", {"payload": "65536 "}, "payload.integer"),
+    ("installed-host", {"block": "\t65536"}, "block.integer"),
     ("installed-host", {"parents": 10**5000}, "parents.integer"),
     ("installed-host", {"payload": 1e300}, "payload.integer"),
     ("installed-host", {"rdma_events": "maybe"}, "rdma_events.boolean"),
@@ -96,6 +100,7 @@ RED_CHECKS = [
     ("installed-host", {"mask": 0}, "mask.range"),
     ("installed-host", {"mask": 4}, "mask.range"),
     ("installed-host", {"parents": 32, "payload": 8 * MIB}, "backing.range"),
+    ("installed-host", {"parents": 16, "payload": 2049, "block": 1}, "wrs.range"),
     # installed-host
     ("installed-host", {"generations": 2}, "host.generations.value"),
     ("installed-host", {"fault_role": "source"}, "host.fault_role.forbidden"),
@@ -418,10 +423,9 @@ def test_arbitrary_field_values_never_raise_anything_but_profile_error(overrides
 
 
 def survey_int(text):
-    """The oracle, written without a regex: ASCII digits between optional spaces/tabs, bounded."""
-    core = text.strip(" \t")
-    if 1 <= len(core) <= pm.INT_DIGITS_MAX and all(c in "0123456789" for c in core):
-        return int(core)
+    """The oracle, written without a regex: ASCII digits and nothing else (no blank either), bounded."""
+    if 1 <= len(text) <= pm.INT_DIGITS_MAX and all(c in "0123456789" for c in text):
+        return int(text)
     return None
 
 int_text = (
@@ -471,9 +475,61 @@ def test_arbitrary_text_for_rdma_events_is_cast_strictly(text):
         assert word in ("true", "yes", "on", "1", "false", "no", "off", "0")
 
 
-@pytest.mark.parametrize("text", ["00016", " 16", "16 ", "\t16"])
-def test_leading_zeros_and_ascii_blanks_are_fine(text):
-    assert pm.validate_profile(dict(VALID["installed-rail-accounting"], parents=text))["parents"] == 16
+def test_the_issues_absurd_round_is_refused_naming_the_field_value_and_bound():
+    # 32 parents of ~8 MiB with block 1: 268 million WRs a round, inside every other bound.
+    payload = 8 * MIB - 2 * pm.GUARD_BYTES
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(dict(VALID["installed-host"], parents=32, payload=payload, block=1))
+    (violation,) = caught.value.violations
+    assert (violation.code, violation.field, violation.value) == (
+        "wrs.range", "parents*ceil(payload/block)", f"32*ceil({payload}/1)")
+    assert f"gives {32 * payload} payload WRs per round" in violation.rule
+    assert str(pm.MAX_WRS_PER_ROUND) in violation.rule and "parents*ceil(payload/block)" in violation.message
+
+
+@pytest.mark.parametrize("parents, payload, block", [
+    (16, 2048, 1),  # exactly the bound
+    (32, 8 * MIB - 2 * pm.GUARD_BYTES, 8192),  # the heaviest round the bounds allow: 32736 WRs, 256 MiB
+    (31, 1057, 1),  # 32767
+])
+def test_a_round_at_or_under_the_wr_bound_is_accepted(parents, payload, block):
+    profile = pm.validate_profile(dict(VALID["installed-host"], parents=parents, payload=payload, block=block))
+    assert pm.derive_workload(profile)["wrs_per_round"] <= pm.MAX_WRS_PER_ROUND
+
+
+def test_the_wr_bound_counts_the_partial_last_slice_as_the_runners_do():
+    # 1 MiB + 1 B in blocks of 1 KiB: 1024 slices by the model's slicing (the last takes the rest), 1025 under
+    # ceil, the count the runners refuse by; the preflight never accepts what a runner would refuse.
+    profile = dict(VALID["installed-host"], parents=32, payload=1024 * 1024 + 1, block=1024)
+    assert pm.derive_workload(pm.validate_profile(dict(profile, parents=1)))["slices_per_parent"] == 1024
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(profile)
+    assert [v.code for v in caught.value.violations] == ["wrs.range"]
+
+
+def test_the_runners_refuse_past_the_same_wr_bound_as_the_preflight(repo_root):
+    # Each runner keeps its own constant (the verifier and the runners share no code): they must agree.
+    sim = (repo_root / "sim" / "orbite_sim" / "case.py").read_text()
+    reference = (repo_root / "runners" / "reference" / "src" / "case.rs").read_text()
+    assert re.findall(r"^MAX_WRS_PER_ROUND = (\d+)$", sim, re.M) == [str(pm.MAX_WRS_PER_ROUND)]
+    assert re.findall(r"^const MAX_WRS_PER_ROUND: i128 = (\d+);$", reference, re.M) == [str(pm.MAX_WRS_PER_ROUND)]
+    # ... and count the same way: parents x ceil(payload / block).
+    assert "p[\"parents\"] * -(-p[\"payload\"] // p[\"block\"])" in sim
+    assert "parents * ((payload + block - 1) / block)" in reference
+
+
+def test_leading_zeros_are_fine():
+    assert pm.validate_profile(dict(VALID["installed-rail-accounting"], parents="00016"))["parents"] == 16
+
+
+@pytest.mark.parametrize("text", [" 16", "16 ", "\t16"])
+def test_blanks_around_the_digits_are_refused_naming_field_value_and_rule(text):
+    with pytest.raises(pm.ProfileError) as caught:
+        pm.validate_profile(dict(VALID["installed-rail-accounting"], parents=text))
+    (violation,) = caught.value.violations
+    assert (violation.code, violation.field, violation.value, violation.rule) == (
+        "parents.integer", "parents", text, pm.INT_RULE)
+    assert "ASCII digits" in pm.INT_RULE
 
 
 def test_a_huge_value_is_named_not_printed():

@@ -96,13 +96,21 @@ def test_survey_strings_are_cast():
         {
             "lab_dir": "/tmp/lab/",
             "name": "sim-b",
-            "index": " 1 ",
+            "index": "1",
             "kind": "namespaced",
             "ssh_port": "2222",
             "authorized_key_file": "/k.pub",
         }
     )
     assert (request.index, request.ssh_port, request.lab_dir) == (1, 2222, "/tmp/lab")
+
+
+def test_survey_strings_with_blanks_are_refused_not_trimmed():
+    params = {"lab_dir": "/tmp/lab", "name": "sim-b", "index": " 1 ", "kind": "namespaced", "ssh_port": "2222",
+              "authorized_key_file": "/k.pub"}
+    with pytest.raises(sh.SimLabArgumentError) as caught:
+        sh.build_request(params)
+    assert caught.value.field == "index" and str(caught.value).startswith("index=")
 
 
 def test_absent_needs_no_index():

@@ -23,6 +23,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._profile impo
 from ansible_collections.orbite.qualification.plugins.module_utils._verify import plots
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.html_report import render_html
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import ObserverLog
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import markdown
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
 
 DEFECTS = ["exceed_sq_depth", "skew_native_counter"]
@@ -180,6 +181,36 @@ def test_self_contained_and_escaped(broken):
                                                                  message='<img src="http://x/">&')])]
     page = parse(render_html(hostile))
     assert not {tag for tag, _a in page.elements} & {"script", "img"}
+
+
+HOSTILE_TEXT = ['<script>alert(1)</script>', '<img src=x onerror=alert(2)>', '![pixel](http://x/p.png)',
+                '[click](javascript:alert(3))', '&lt;script&gt;', '\\<b>bold\\</b>', '`</td><img src=x>`', 'a|b\n| c |']
+
+
+def _hostile_verdict(verdict):
+    """The verdict with receipt-borne text in every field verdict.md shows: finding messages, case names, the
+    run ID, artifact paths and tool names, the rerun's origin and the defect switches."""
+    hostile = json.loads(json.dumps(verdict))
+    case = hostile["cases"][0]
+    case["case"] = HOSTILE_TEXT[0]
+    case["findings"] = [dict(case["findings"][0], status="FAIL", message=text) for text in HOSTILE_TEXT]
+    hostile.update(run_id=HOSTILE_TEXT[1], origin={"run_id": HOSTILE_TEXT[2], "run_dir": HOSTILE_TEXT[3]},
+                   defects=[HOSTILE_TEXT[4]])
+    hostile["artifacts"]["observers"][HOSTILE_TEXT[6]] = {"sha256": "0" * 64, "path": HOSTILE_TEXT[5]}
+    return hostile
+
+
+def test_verdict_md_shows_receipt_text_as_text_never_markup(broken):
+    text = markdown(_hostile_verdict(broken[1]))
+    assert "<" not in text and ">" not in text.replace(" -> ", "")  # no raw HTML at all
+    markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (a dependency of rich) renders it")
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(text)
+    page = parse(rendered)
+    assert not {tag for tag, _a in page.elements} & {"script", "img", "a", "b"}, rendered
+    shown = "".join(cell for row in page.rows for cell in row["cells"].values())
+    for hostile in HOSTILE_TEXT:  # every hostile message is in its table cell, as typed (one line)
+        assert hostile.replace("\n", " ") in shown, hostile
+    assert shown.count("a|b") == 1  # the pipe stayed in its cell
 
 
 BROWSER = shutil.which("chromium-headless-shell") or shutil.which("chromium")
