@@ -12,7 +12,7 @@ description:
     planned cases that did not pass there (C(FAIL), or not verified), each with the profile it ran with,
     for the preflight to plan a new run of exactly those cases (C(-e orbite_rerun_from=<run>),
     C(docs/reports.md)).
-  - An earlier run whose verdict is not final (C(INCOMPLETE): its controller was killed, or it never verified) is
+  - An earlier run whose verdict is not final (C(INCOMPLETE), as when its controller was killed, or never verified) is
     verified first and its verdict written into its run directory, so a case whose receipts were fetched before
     the kill counts as what it is (a passed case is not run again).
   - Fails with C(run_plan.nothing_to_rerun) when every planned case passed.
