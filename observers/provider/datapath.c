@@ -39,7 +39,6 @@
 #define HELLO_MAGIC 0x4f524250u /* "ORBP" */
 #define HELLO_VERSION 1
 #define DRAIN_MS 2000
-#define HELLO_MS 5000
 
 struct hello {
 	uint32_t magic;
@@ -1280,14 +1279,41 @@ static int connect_once(struct pqp *q, uint32_t dip, uint16_t port, int ms)
 	return fd;
 }
 
+/* Say hello on fd and read the answer, which comes once the peer QP is in
+ * RTR; give up at the deadline or as soon as this QP leaves RTS.  0 (HS_OK),
+ * 1 when the peer closed without answering (its handshake slots were all
+ * busy: worth another try), -1 refused or given up. */
+static int hello_exchange(struct pqp *q, int fd, const struct hello *h, uint64_t deadline)
+{
+	struct hello_reply r;
+	ssize_t n;
+
+	if (send_all(fd, h, sizeof(*h)))
+		return -1;
+	for (;;) {
+		int rc = wait_readable(fd, 100);
+
+		if (rc > 0)
+			break;
+		if (rc < 0 || now_ms() >= deadline || qstate(q) != IBV_QPS_RTS ||
+		    __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
+			return -1;
+	}
+	n = recv(fd, &r, sizeof(r), MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0 || (n < 0 && errno == ECONNRESET))
+		return 1;
+	if (recv_q(q, fd, &r, sizeof(r)) || r.magic != HELLO_MAGIC || r.status != HS_OK)
+		return -1;
+	return 0;
+}
+
 /* Connect to the peer QP named by the AV; the fd, or -1 (unreachable). */
 static int do_connect(struct pqp *q)
 {
 	uint64_t deadline = now_ms() + (uint64_t)transport_ms(q);
 	struct hello h;
-	struct hello_reply r;
 	uint32_t dip;
-	int fd;
+	int fd, rc;
 
 	if (!gid_ipv4(&q->dgid, &dip))
 		return -1; /* only IPv4-mapped GIDs are reachable here */
@@ -1305,34 +1331,19 @@ static int do_connect(struct pqp *q)
 		if (now >= deadline || qstate(q) != IBV_QPS_RTS || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
 			return -1;
 		fd = connect_once(q, dip, (uint16_t)(q->dest_qpn >> 8), (int)(deadline - now));
-		if (fd >= 0)
-			break;
-		if (errno != ECONNREFUSED && errno != EAGAIN && errno != ETIMEDOUT)
-			return -1;
-		usleep(20000); /* nobody listens yet: retry, as the transport does */
-	}
-	if (send_all(fd, &h, sizeof(h))) {
-		close(fd);
-		return -1;
-	}
-	/* The peer answers once its QP is in RTR; give up with the budget, or
-	 * as soon as this QP leaves RTS. */
-	for (;;) {
-		int rc = wait_readable(fd, 100);
-
-		if (rc > 0)
-			break;
-		if (rc < 0 || now_ms() >= deadline || qstate(q) != IBV_QPS_RTS ||
-		    __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+		if (fd < 0) {
+			if (errno != ECONNREFUSED && errno != EAGAIN && errno != ETIMEDOUT)
+				return -1;
+		} else {
+			rc = hello_exchange(q, fd, &h, deadline);
+			if (rc == 0)
+				return fd;
 			close(fd);
-			return -1;
+			if (rc < 0)
+				return -1;
 		}
+		usleep(20000); /* nobody listens, or answers, yet: retry, as the transport does */
 	}
-	if (recv_q(q, fd, &r, sizeof(r)) || r.magic != HELLO_MAGIC || r.status != HS_OK) {
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* ------------------------------------------------------------ requester -- */
@@ -2136,52 +2147,223 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 	}
 }
 
-/* Check an incoming connection against this QP; HS_OK or the reason. */
-static int handshake(struct pqp *q, int fd, int *rnr_retry)
-{
-	struct sockaddr_in local, peer;
-	socklen_t ll = sizeof(local), pl = sizeof(peer);
-	union ibv_gid dst, src;
-	struct hello h;
-	struct timespec ts;
-	uint32_t a;
-	uint64_t deadline;
-	int status = HS_OK;
+/* ------------------------------------------------------------ handshakes -- */
 
-	if (wait_readable(fd, HELLO_MS) <= 0 || recv_all(fd, &h, sizeof(h)) || h.magic != HELLO_MAGIC ||
-	    h.version != HELLO_VERSION)
+/* The responder never waits on one connection: it polls its listening
+ * sockets and every connection in handshake together, each under its own
+ * deadline (the whole hello within cfg.hello_ms of accept, then RTR within
+ * cfg.accept_ms), so a silent or slow peer delays no other one, and destroy
+ * always finds the thread in poll (wakefd) or serving (ifd). */
+
+_Static_assert(sizeof(struct hello) == HELLO_BYTES, "HELLO_BYTES is the hello's size");
+
+#define RTR_TICK_MS 50 /* how often a whole hello looks again at the QP's state */
+
+/* Close a handshake's connection; q->lock held, as qp_stop_all reads the slots. */
+static void hs_drop_locked(struct hs_conn *c)
+{
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void hs_drop(struct pqp *q, struct hs_conn *c)
+{
+	pthread_mutex_lock(&q->lock);
+	hs_drop_locked(c);
+	pthread_mutex_unlock(&q->lock);
+}
+
+static void hs_drop_all(struct pqp *q)
+{
+	int i;
+
+	pthread_mutex_lock(&q->lock);
+	for (i = 0; i < MAX_HANDSHAKES; i++)
+		if (q->hs[i].fd >= 0)
+			hs_drop_locked(&q->hs[i]);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* The answer fits the empty send buffer of a fresh socket: never waits. */
+static int hs_reply(int fd, int status)
+{
+	struct hello_reply rep = { HELLO_MAGIC, (uint32_t)status };
+
+	return send(fd, &rep, sizeof(rep), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(rep) ? 0 : -1;
+}
+
+/* Take every connection waiting on lfd: each into a free slot with the
+ * hello's deadline, or closed at once when all slots are busy (the
+ * requester behind it retries within its transport budget). */
+static void hs_accept(struct pqp *q, int lfd)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), i;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				usleep(10000); /* out of descriptors: poll would spin */
+			return;
+		}
+		pthread_mutex_lock(&q->lock);
+		for (i = 0; i < MAX_HANDSHAKES && q->hs[i].fd >= 0; i++)
+			;
+		if (i == MAX_HANDSHAKES || q->dead) {
+			pthread_mutex_unlock(&q->lock);
+			close(fd);
+			continue;
+		}
+		q->hs[i].fd = fd;
+		q->hs[i].got = 0;
+		q->hs[i].deadline = now_ms() + (uint64_t)cfg.hello_ms;
+		pthread_mutex_unlock(&q->lock);
+		set_nodelay(fd);
+	}
+}
+
+/* What the hello itself says, before the QP's state matters: HS_OK, the
+ * reason to refuse, or -1 for no hello of this provider. */
+static int hello_check(struct pqp *q, int fd, const struct hello *h)
+{
+	struct sockaddr_in local;
+	socklen_t ll = sizeof(local);
+	union ibv_gid dst;
+	uint32_t a;
+
+	if (h->magic != HELLO_MAGIC || h->version != HELLO_VERSION)
 		return -1;
-	memcpy(dst.raw, h.dst_gid, 16);
-	memcpy(src.raw, h.src_gid, 16);
-	*rnr_retry = h.rnr_retry;
-	if (h.dst_qpn != q->qp.qp_num)
+	if (h->dst_qpn != q->qp.qp_num)
 		return HS_NO_QP;
 	/* The GID it dialled must be the address it reached. */
-	getsockname(fd, (struct sockaddr *)&local, &ll);
-	if (!gid_ipv4(&dst, &a) || a != local.sin_addr.s_addr)
+	memcpy(dst.raw, h->dst_gid, 16);
+	if (getsockname(fd, (struct sockaddr *)&local, &ll) || !gid_ipv4(&dst, &a) ||
+	    a != local.sin_addr.s_addr)
 		return HS_NOT_MY_GID;
-	/* A request reaching a QP before RTR is dropped and retried. */
-	deadline = now_ms() + (uint64_t)cfg.accept_ms;
-	pthread_mutex_lock(&q->lock);
-	while (!q->dead && q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
-		struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	return HS_OK;
+}
 
-		if (now_ms() >= deadline || poll(&p, 1, 0) > 0) {
-			status = HS_NOT_READY;
-			break;
+/* In RTR or RTS: is the hello from the peer the QP's AV names (its QPN, its
+ * GID, and that GID's address as the socket's source)?  q->lock held. */
+static int hello_peer_locked(struct pqp *q, int fd, const struct hello *h)
+{
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof(peer);
+	union ibv_gid src;
+	uint32_t a;
+
+	memcpy(src.raw, h->src_gid, 16);
+	if (h->src_qpn != q->dest_qpn || memcmp(src.raw, q->dgid.raw, 16))
+		return HS_WRONG_PEER;
+	if (gid_ipv4(&src, &a) && (getpeername(fd, (struct sockaddr *)&peer, &pl) || peer.sin_addr.s_addr != a))
+		return HS_WRONG_PEER;
+	return HS_OK;
+}
+
+/* Read what came of the hello; once whole, check it and give it the RTR
+ * deadline.  0 while the handshake goes on, -1 when it was dropped. */
+static int hs_read(struct pqp *q, struct hs_conn *c, short revents)
+{
+	struct hello h;
+	ssize_t n;
+	int st;
+
+	if (revents & (POLLIN | POLLHUP | POLLERR)) {
+		n = recv(c->fd, c->hello + c->got, (size_t)(HELLO_BYTES - c->got), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			hs_drop(q, c);
+			return -1;
 		}
-		abstime_in(&ts, 50);
-		pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+		if (n > 0)
+			c->got += (int)n;
 	}
+	if (c->got < HELLO_BYTES) {
+		if (now_ms() < c->deadline)
+			return 0;
+		hs_drop(q, c); /* the whole hello, or nothing, by the deadline */
+		return -1;
+	}
+	memcpy(&h, c->hello, sizeof(h));
+	st = hello_check(q, c->fd, &h);
+	if (st != HS_OK) {
+		if (st > 0)
+			hs_reply(c->fd, st);
+		hs_drop(q, c);
+		return -1;
+	}
+	c->deadline = now_ms() + (uint64_t)cfg.accept_ms;
+	return 0;
+}
+
+/* A whole hello: answer it once the QP is in RTR or RTS (a request reaching
+ * a QP before RTR is dropped and retried: HS_NOT_READY at the deadline or
+ * when the peer gives up).  The fd handed over to ifd, to serve, or -1. */
+static int hs_answer(struct pqp *q, struct hs_conn *c, short revents, int *rnr_retry)
+{
+	struct hello h;
+	int st, fd = -1;
+
+	memcpy(&h, c->hello, sizeof(h));
+	pthread_mutex_lock(&q->lock);
 	if (q->dead)
-		status = HS_NOT_READY;
-	if (status == HS_OK && (h.src_qpn != q->dest_qpn || memcmp(src.raw, q->dgid.raw, 16)))
-		status = HS_WRONG_PEER;
+		st = HS_NOT_READY;
+	else if (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)
+		st = hello_peer_locked(q, c->fd, &h);
+	else if (now_ms() >= c->deadline || (revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		st = HS_NOT_READY;
+	else {
+		pthread_mutex_unlock(&q->lock);
+		return -1;
+	}
+	if (hs_reply(c->fd, st) == 0 && st == HS_OK) {
+		fd = c->fd;
+		c->fd = -1;
+		q->ifd = fd; /* published: ERR and destroy shut it down */
+		*rnr_retry = h.rnr_retry;
+	} else {
+		hs_drop_locked(c);
+	}
 	pthread_mutex_unlock(&q->lock);
-	if (status == HS_OK && gid_ipv4(&src, &a) &&
-	    (getpeername(fd, (struct sockaddr *)&peer, &pl) || peer.sin_addr.s_addr != a))
-		status = HS_WRONG_PEER;
-	return status;
+	return fd;
+}
+
+/* Move one handshake on after poll: the connection to serve, or -1. */
+static int hs_step(struct pqp *q, struct hs_conn *c, short revents, int *rnr_retry)
+{
+	if (c->got < HELLO_BYTES && (hs_read(q, c, revents) || c->got < HELLO_BYTES))
+		return -1;
+	return hs_answer(q, c, revents, rnr_retry);
+}
+
+/* The poll set: listening sockets, wakefd, every handshake (slot[i]: its
+ * entry or -1); *timeout until the nearest deadline. */
+static nfds_t hs_pollset(struct pqp *q, struct pollfd *p, int *slot, int *timeout)
+{
+	uint64_t now = now_ms();
+	nfds_t n = 0;
+	int i;
+
+	*timeout = -1;
+	for (i = 0; i < q->nlfd; i++)
+		p[n++] = (struct pollfd){ .fd = q->lfd[i], .events = POLLIN };
+	p[n++] = (struct pollfd){ .fd = q->wakefd, .events = POLLIN };
+	for (i = 0; i < MAX_HANDSHAKES; i++) {
+		struct hs_conn *c = &q->hs[i];
+		int whole = c->got == HELLO_BYTES, ms;
+
+		slot[i] = -1;
+		if (c->fd < 0)
+			continue;
+		slot[i] = (int)n;
+		p[n++] = (struct pollfd){ .fd = c->fd, .events = (short)(whole ? POLLRDHUP : POLLIN | POLLRDHUP) };
+		ms = c->deadline > now ? (int)(c->deadline - now) : 0;
+		if (whole && ms > RTR_TICK_MS)
+			ms = RTR_TICK_MS;
+		if (*timeout < 0 || ms < *timeout)
+			*timeout = ms;
+	}
+	return n;
 }
 
 /* After a NAK the requester moves to ERR and closes its side: read until
@@ -2202,62 +2384,49 @@ static void drain_until_closed(struct pqp *q, int fd)
 	}
 }
 
+/* Serve one connection until it ends; a NAK moves the QP to ERR. */
+static void serve_connection(struct pqp *q, int fd, int rnr)
+{
+	int nak = serve(q, fd, rnr);
+
+	pthread_mutex_lock(&q->lock);
+	q->ifd = -1;
+	if (nak)
+		qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR); /* class C: both QPs */
+	pthread_mutex_unlock(&q->lock);
+	if (nak)
+		drain_until_closed(q, fd);
+	close(fd);
+}
+
 static void *resp_main(void *arg)
 {
 	struct pqp *q = arg;
-	struct pollfd p[MAX_LISTEN + 1];
+	struct pollfd p[MAX_LISTEN + 1 + MAX_HANDSHAKES];
+	int slot[MAX_HANDSHAKES];
 	int i;
 
-	for (;;) {
-		int fd = -1, rnr = 7, st, nak;
-		struct hello_reply rep = { HELLO_MAGIC, 0 };
+	while (!__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+		int fd = -1, rnr = 7, timeout;
+		nfds_t n = hs_pollset(q, p, slot, &timeout);
 
-		for (i = 0; i < q->nlfd; i++) {
-			p[i].fd = q->lfd[i];
-			p[i].events = POLLIN;
-			p[i].revents = 0;
-		}
-		p[q->nlfd].fd = q->wakefd;
-		p[q->nlfd].events = POLLIN;
-		p[q->nlfd].revents = 0;
-		if (poll(p, (nfds_t)q->nlfd + 1, -1) < 0 && errno != EINTR)
+		if (poll(p, n, timeout) < 0 && errno != EINTR)
 			break;
 		if (__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
 			break;
-		for (i = 0; i < q->nlfd && fd < 0; i++)
+		for (i = 0; i < MAX_HANDSHAKES && fd < 0; i++)
+			if (q->hs[i].fd >= 0)
+				fd = hs_step(q, &q->hs[i], slot[i] >= 0 ? p[slot[i]].revents : 0, &rnr);
+		if (fd >= 0) {
+			hs_drop_all(q); /* one peer at a time: the others are refused */
+			serve_connection(q, fd, rnr);
+			continue;
+		}
+		for (i = 0; i < q->nlfd; i++)
 			if (p[i].revents & POLLIN)
-				fd = accept4(q->lfd[i], NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		set_nodelay(fd);
-		st = handshake(q, fd, &rnr);
-		if (st < 0) {
-			close(fd);
-			continue;
-		}
-		rep.status = (uint32_t)st;
-		if (send_all(fd, &rep, sizeof(rep)) || st != HS_OK) {
-			close(fd);
-			continue;
-		}
-		pthread_mutex_lock(&q->lock);
-		if (q->dead || !(q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)) {
-			pthread_mutex_unlock(&q->lock);
-			close(fd);
-			continue;
-		}
-		q->ifd = fd; /* published: ERR and destroy shut it down */
-		pthread_mutex_unlock(&q->lock);
-		nak = serve(q, fd, rnr);
-		pthread_mutex_lock(&q->lock);
-		q->ifd = -1;
-		if (nak)
-			qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR); /* class C: both QPs */
-		pthread_mutex_unlock(&q->lock);
-		if (nak)
-			drain_until_closed(q, fd);
-		close(fd);
+				hs_accept(q, q->lfd[i]);
 	}
+	hs_drop_all(q);
 	return NULL;
 }
 
@@ -2269,6 +2438,7 @@ int qp_start_responder(struct pqp *q)
 void qp_stop_all(struct pqp *q)
 {
 	uint64_t one = 1;
+	int i;
 
 	pthread_mutex_lock(&q->lock);
 	__atomic_store_n(&q->dead, 1, __ATOMIC_RELEASE);
@@ -2276,6 +2446,9 @@ void qp_stop_all(struct pqp *q)
 		shutdown(q->ifd, SHUT_RDWR);
 	if (q->ofd >= 0)
 		shutdown(q->ofd, SHUT_RDWR);
+	for (i = 0; i < MAX_HANDSHAKES; i++)
+		if (q->hs[i].fd >= 0)
+			shutdown(q->hs[i].fd, SHUT_RDWR);
 	qp_wake(q);
 	pthread_mutex_unlock(&q->lock);
 	if (write(q->wakefd, &one, sizeof(one)) < 0)

@@ -156,6 +156,7 @@ static void config_read(void)
 	cfg.pace_us = env_long("ORBITE_PROVIDER_PACE_US", 0, 0, 10L * 1000 * 1000);
 	cfg.stall_ms = env_long("ORBITE_PROVIDER_STALL_MS", 10000, 1, 3600L * 1000);
 	cfg.accept_ms = env_long("ORBITE_PROVIDER_ACCEPT_MS", 30000, 1, 3600L * 1000);
+	cfg.hello_ms = env_long("ORBITE_PROVIDER_HELLO_MS", 5000, 100, 60L * 1000);
 	cfg.stall_skip = -1;
 	if (stall && *stall) {
 		unsigned long long skip, bytes;

@@ -14,6 +14,11 @@
 extern "C" {
 #endif
 
+/* Connections a QP's responder holds in handshake at once (each until its
+ * whole hello came, within ORBITE_PROVIDER_HELLO_MS of accept); one more is
+ * closed at once, and the requester behind it retries. */
+#define ORBITE_PROVIDER_MAX_HANDSHAKES 8
+
 /* Objects currently held by this process: "ctx", "pd", "mr", "mw", "cq",
  * "channel", "qp", "srq"; -1 for an unknown kind.  A destroy that failed (EIO from
  * the uverbs descriptor, EBUSY) leaves the object counted. */

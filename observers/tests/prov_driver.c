@@ -9,7 +9,8 @@
  *   prov_driver client <rendezvous> <device> <scenario> [arg]
  *
  * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
- * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq, and
+ * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq,
+ * handshake <silent|trickle|destroy|overflow> <the server's hello deadline, ms>, and
  * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
  * (how the program waits for completions: busy polling, polling with a
  * 50 us sleep when the CQ is empty, or the completion channel; messages
@@ -315,6 +316,7 @@ static struct reply call(uint32_t cmd, uint32_t idx, uint64_t a, uint64_t b, uin
 struct pair {
 	struct ibv_qp *qp;
 	uint32_t sidx;
+	uint32_t sqpn; /* the server QP's number */
 };
 
 /* A client QP connected to a fresh server QP with `server_access`. */
@@ -327,7 +329,8 @@ static struct pair pair_new(uint32_t max_send_wr, int server_access)
 	r = call(C_NEWQP, 0, p.qp->qp_num, (uint64_t)server_access, 0);
 	CHECK(r.v[2] == 0);
 	p.sidx = (uint32_t)r.v[1];
-	CHECK(qp_connect(&C.e, p.qp, &C.sgid, (uint32_t)r.v[0], RW) == 0);
+	p.sqpn = (uint32_t)r.v[0];
+	CHECK(qp_connect(&C.e, p.qp, &C.sgid, p.sqpn, RW) == 0);
 	return p;
 }
 
@@ -716,7 +719,8 @@ static void sc_errors(void)
 	r = call(C_NEWQP, 0, p.qp->qp_num, RW, 0);
 	CHECK(r.v[2] == 0);
 	p.sidx = (uint32_t)r.v[1];
-	CHECK(qp_connect(&C.e, p.qp, &C.sgid, (uint32_t)r.v[0], RW) == 0);
+	p.sqpn = (uint32_t)r.v[0];
+	CHECK(qp_connect(&C.e, p.qp, &C.sgid, p.sqpn, RW) == 0);
 	call(C_FILL, 0, 0, 4096, 21);
 	memset(C.buf, SENT_C, 8192);
 	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 3, 0, 4096, C.raddr, C.rkey, NULL) == 0);
@@ -1329,6 +1333,158 @@ static void sc_mw(void)
 	out("{\"op\":\"mw\",\"type\":2,\"after_invalidate\":%d}", wc.status);
 	pair_free(&p);
 	pair_free(&p2);
+}
+
+/* ----------------------------------------------------------- handshake -- */
+
+/* A rogue local peer: a plain TCP connection to the server QP's listening
+ * socket (its GID's address, port QPN >> 8), never a verbs QP. */
+static int rogue_connect(uint32_t server_qpn)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)(server_qpn >> 8)) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	CHECK(fd >= 0);
+	memcpy(&sa.sin_addr.s_addr, C.sgid.raw + 12, 4);
+	CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	return fd;
+}
+
+/* Whether the responder has closed fd (EOF or reset), waiting up to ms. */
+static int closed_by_peer(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char b;
+
+	if (poll(&p, 1, ms) <= 0)
+		return 0;
+	return recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* The first 47 of the hello's 48 bytes as the provider would send them:
+ * magic "ORBP", version 1. */
+static const uint8_t hello_prefix[47] = { 0x50, 0x42, 0x52, 0x4f, 0x01, 0x00, 0x07 };
+
+/* Silent connections opened before the real peer's first WR: the WR is not
+ * held up by them, and each is closed at its hello deadline. */
+static void hs_silent(int silent, int hello_ms)
+{
+	struct pair p = pair_new(4, RW);
+	int fds[16], i, closed = 0;
+	uint64_t t0;
+
+	CHECK(silent <= 16);
+	for (i = 0; i < silent; i++)
+		fds[i] = rogue_connect(p.sqpn);
+	usleep(200000); /* accepted before the real peer dials */
+	t0 = mono_ms();
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 1, 0, 4096, C.raddr, C.rkey, NULL) == IBV_WC_SUCCESS);
+	out("{\"op\":\"hs_silent\",\"silent\":%d,\"first_wr_ms\":%llu}", silent,
+	    (unsigned long long)(mono_ms() - t0));
+	for (i = 0; i < silent; i++) {
+		closed += closed_by_peer(fds[i], hello_ms + 2000);
+		close(fds[i]);
+	}
+	out("{\"op\":\"hs_silent_closed\",\"closed\":%d}", closed);
+	pair_free(&p);
+}
+
+/* One byte of the hello every 100 ms, never the whole: when does the
+ * responder close it, counted from the connect (-1: not within 3x the
+ * deadline)? */
+static void hs_trickle(int hello_ms)
+{
+	struct pair p = pair_new(4, RW);
+	int fd = rogue_connect(p.sqpn);
+	uint64_t t0 = mono_ms(), limit = t0 + 3 * (uint64_t)hello_ms;
+	long closed_ms = -1;
+	size_t sent = 0;
+
+	while (mono_ms() < limit) {
+		if (sent < sizeof(hello_prefix) &&
+		    send(fd, hello_prefix + sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
+			sent++;
+		if (closed_by_peer(fd, 100)) {
+			closed_ms = (long)(mono_ms() - t0);
+			break;
+		}
+	}
+	close(fd);
+	out("{\"op\":\"hs_trickle\",\"sent\":%zu,\"closed_ms\":%ld}", sent, closed_ms);
+	pair_free(&p);
+}
+
+/* ibv_destroy_qp on the server while a half-sent hello is pending there:
+ * how long the destroy takes (-1: not within 3 s; the rogue then hangs up
+ * so the scenario can end). */
+static void hs_destroy_pending(void)
+{
+	struct ibv_qp *qp = qp_new(&C.e, 4, 4);
+	struct reply r = call(C_NEWQP, 0, qp->qp_num, RW, 0);
+	int fd = rogue_connect((uint32_t)r.v[0]);
+	struct pollfd pfd = { .fd = C.fd, .events = POLLIN };
+	struct msg m;
+	long destroy_ms = -1;
+	uint64_t t0;
+
+	CHECK(r.v[2] == 0);
+	CHECK(send(fd, hello_prefix, 20, MSG_NOSIGNAL) == 20);
+	usleep(300000); /* the responder has taken the connection and its first bytes */
+	memset(&m, 0, sizeof(m));
+	m.cmd = C_DESTROYQP;
+	m.idx = (uint32_t)r.v[1];
+	t0 = mono_ms();
+	rv_send(C.fd, &m, sizeof(m));
+	if (poll(&pfd, 1, 3000) == 1)
+		destroy_ms = (long)(mono_ms() - t0);
+	close(fd);
+	CHECK(rv_recv(C.fd, &r, sizeof(r)) == 0);
+	out("{\"op\":\"hs_destroy_pending\",\"rc\":%lld,\"destroy_ms\":%ld}", (long long)r.v[0], destroy_ms);
+	CHECK(ibv_destroy_qp(qp) == 0);
+}
+
+/* More connections than handshake slots: the ones beyond are closed at
+ * once, those in the slots stay until their deadline, and the real peer
+ * gets through (its requester retries). */
+static void hs_overflow(int extra, int hello_ms)
+{
+	struct pair p = pair_new(4, RW);
+	int n = ORBITE_PROVIDER_MAX_HANDSHAKES + extra, fds[ORBITE_PROVIDER_MAX_HANDSHAKES + 8], i;
+	int closed_at_once = 0, closed_later = 0;
+	uint64_t t0;
+
+	CHECK(extra <= 8);
+	for (i = 0; i < n; i++) {
+		fds[i] = rogue_connect(p.sqpn);
+		usleep(20000); /* one by one: the kernel's accept queue never overflows */
+	}
+	usleep(100000);
+	for (i = 0; i < n; i++)
+		closed_at_once += closed_by_peer(fds[i], 0);
+	t0 = mono_ms();
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 1, 0, 4096, C.raddr, C.rkey, NULL) == IBV_WC_SUCCESS);
+	out("{\"op\":\"hs_overflow\",\"connections\":%d,\"closed_at_once\":%d,\"first_wr_ms\":%llu}", n,
+	    closed_at_once, (unsigned long long)(mono_ms() - t0));
+	for (i = 0; i < n; i++) {
+		closed_later += closed_by_peer(fds[i], hello_ms + 2000);
+		close(fds[i]);
+	}
+	out("{\"op\":\"hs_overflow_closed\",\"closed\":%d}", closed_later);
+	pair_free(&p);
+}
+
+static void sc_handshake(const char *what, int hello_ms)
+{
+	if (!strcmp(what, "silent"))
+		hs_silent(3, hello_ms);
+	else if (!strcmp(what, "trickle"))
+		hs_trickle(hello_ms);
+	else if (!strcmp(what, "destroy"))
+		hs_destroy_pending();
+	else if (!strcmp(what, "overflow"))
+		hs_overflow(2, hello_ms);
+	else
+		CHECK(!"unknown handshake case");
 }
 
 /* --------------------------------------------------------------- bench -- */
@@ -2233,6 +2389,8 @@ int main(int argc, char **argv)
 		sc_ext_post();
 	else if (!strcmp(sc, "ext_cq"))
 		sc_ext_cq();
+	else if (!strcmp(sc, "handshake") && argc > 6)
+		sc_handshake(argv[5], atoi(argv[6]));
 	else if (!strcmp(sc, "bench") && argc > 10)
 		sc_bench(argv + 5);
 	else

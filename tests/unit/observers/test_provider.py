@@ -778,6 +778,52 @@ def test_unselected_destroys_reach_the_provider(build, hosts, tmp_path):
     assert (kinds.count("pd"), kinds.count("cq"), kinds.count("mw")) == (5, 3, 2)
 
 
+# ---------------------------------------------------------- rogue handshakes --
+
+# The server's hello deadline in these tests (ORBITE_PROVIDER_HELLO_MS; 5000 by default).
+HELLO_MS = 1000
+MAX_HANDSHAKES = 8  # ORBITE_PROVIDER_MAX_HANDSHAKES, orbite_provider.h
+
+
+def _handshake(build, hosts, tmp_path, case):
+    server_env = {"ORBITE_PROVIDER_HELLO_MS": str(HELLO_MS)}
+    return run_pair(build, hosts, tmp_path, "handshake", case, str(HELLO_MS), server_env=server_env)
+
+
+def test_silent_connections_do_not_delay_the_real_peer(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "silent")
+    # three silent TCP connections reached the QP's responder first; the real peer's first WR
+    # does not wait for any of them (a blocking accept loop would hold it a hello deadline each)
+    assert pair.one("hs_silent")["first_wr_ms"] < HELLO_MS
+    # and none is left open once the QP serves its peer
+    assert pair.one("hs_silent_closed")["closed"] == 3
+
+
+def test_the_whole_hello_has_one_deadline_from_accept(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "trickle")
+    got = pair.one("hs_trickle")
+    # one byte every 100 ms keeps the connection busy but never makes a hello: it is closed at
+    # the deadline counted from accept, while bytes were still coming
+    assert HELLO_MS - 100 <= got["closed_ms"] <= HELLO_MS + 1000, got
+    assert got["sent"] < 47
+
+
+def test_destroy_qp_ends_promptly_with_a_half_sent_hello_pending(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "destroy")
+    got = pair.one("hs_destroy_pending")
+    assert got["rc"] == 0 and 0 <= got["destroy_ms"] < 1000, got
+
+
+def test_connections_beyond_the_handshake_slots_are_closed_at_once(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "overflow")
+    got = pair.one("hs_overflow")
+    assert got["connections"] == MAX_HANDSHAKES + 2
+    assert got["closed_at_once"] == 2
+    # the real peer's requester, refused while the slots were full, got in once they expired
+    assert got["first_wr_ms"] < HELLO_MS + 1500
+    assert pair.one("hs_overflow_closed")["closed"] == MAX_HANDSHAKES + 2
+
+
 # ---------------------------------------------------------- partial copies --
 
 
