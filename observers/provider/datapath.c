@@ -64,7 +64,7 @@ struct hello_reply {
 	uint32_t status;
 };
 
-enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD };
+enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD, OP_SEND_INV };
 #define REQ_SOLICITED 1
 
 struct req_hdr {
@@ -320,6 +320,7 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_RDMA_READ;
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
 		return IBV_WC_SEND;
 	case IBV_WR_BIND_MW:
 		return IBV_WC_BIND_MW;
@@ -408,8 +409,10 @@ static void complete_send(struct pqp *q, struct swqe *e, enum ibv_wc_status stat
 	cq_push((struct pcq *)q->qp.send_cq, &s);
 }
 
+/* flags: 0, IBV_WC_WITH_IMM (imm is the immediate) or IBV_WC_WITH_INV (imm
+ * is the rkey the SEND invalidated). */
 static void complete_recv(struct pqp *q, const struct rwqe *r, enum ibv_wc_status status,
-			  enum ibv_wc_opcode op, uint64_t len, int with_imm, uint32_t imm,
+			  enum ibv_wc_opcode op, uint64_t len, unsigned int flags, uint32_t imm,
 			  int solicited)
 {
 	struct cqe_slot s;
@@ -424,8 +427,8 @@ static void complete_recv(struct pqp *q, const struct rwqe *r, enum ibv_wc_statu
 		s.wc.opcode = op;
 		s.wc.byte_len = (uint32_t)len;
 		s.wc.src_qp = q->dest_qpn;
-		if (with_imm) {
-			s.wc.wc_flags = IBV_WC_WITH_IMM;
+		if (flags) {
+			s.wc.wc_flags = flags;
 			s.wc.imm_data = imm;
 		}
 	} else {
@@ -482,7 +485,7 @@ void qp_set_error_locked(struct pqp *q, enum ibv_wc_status status)
 static int is_payload(enum ibv_wr_opcode op)
 {
 	return op == IBV_WR_RDMA_READ || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
-	       op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+	       op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV;
 }
 
 /* Queue one WR (q->lock held); 0 or the errno post_send returns. */
@@ -504,6 +507,7 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
 		break;
 	case IBV_WR_BIND_MW:
 		/* Type-2 windows through post_send, type 1 through ibv_bind_mw. */
@@ -513,7 +517,6 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 		break;
 	case IBV_WR_LOCAL_INV:
 		break;
-	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_TSO:
 	case IBV_WR_DRIVER1:
 	case IBV_WR_ATOMIC_WRITE:
@@ -788,6 +791,14 @@ static void x_atomic_fetch_add(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t rad
 	x_atomic(qx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
 }
 
+static void x_send_inv(struct ibv_qp_ex *qx, uint32_t rkey)
+{
+	struct xwr *x = xb_new(xq(qx), IBV_WR_SEND_WITH_INV);
+
+	if (x)
+		x->wr.invalidate_rkey = rkey;
+}
+
 static void x_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
 	struct xwr *x = xb_new(xq(qx), IBV_WR_LOCAL_INV);
@@ -888,6 +899,8 @@ void qp_ex_init_ops(struct pqp *q, uint64_t ops)
 		x->wr_atomic_cmp_swp = x_atomic_cmp_swp;
 	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 		x->wr_atomic_fetch_add = x_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_SEND_WITH_INV)
+		x->wr_send_inv = x_send_inv;
 	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
 		x->wr_local_inv = x_local_inv;
 	if (ops & IBV_QP_EX_WITH_BIND_MW)
@@ -1153,6 +1166,46 @@ int dp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 /* ---------------------------------------------------- local operations -- */
 
+/* Invalidate the type-2 window behind rkey, bound and of q's PD (remote:
+ * bound through q too, as type 2B; MRs are not remotely invalidated, as
+ * for ibv_reg_mr memory on mlx5).  0, or -1 for a key that is none of
+ * those; c->lock held. */
+static int invalidate_locked(struct pqp *q, uint32_t rkey, int remote)
+{
+	struct pctx *c = q->c;
+	uint32_t idx = rkey >> 8;
+	struct keyent *k = idx && idx < c->nkeys ? &c->keys[idx] : NULL;
+	struct pmw *w;
+
+	if (!k || k->kind != KEY_MW || k->tag != (uint8_t)rkey)
+		return -1;
+	w = k->obj;
+	if (w->mw.type != IBV_MW_TYPE_2 || !w->bound || w->mw.pd != q->qp.pd || (remote && w->qp != q))
+		return -1;
+	if (w->mr)
+		w->mr->mw_bound--;
+	w->bound = 0;
+	w->mr = NULL;
+	w->qp = NULL;
+	return 0;
+}
+
+/* SEND_WITH_INV on the responder, once the payload landed: 0 or -1. */
+static int remote_invalidate(struct pqp *q, uint32_t rkey)
+{
+	int rc;
+
+	pthread_mutex_lock(&q->c->lock);
+	rc = invalidate_locked(q, rkey, 1);
+	pthread_mutex_unlock(&q->c->lock);
+	return rc;
+}
+
+static unsigned int recv_flags(int op)
+{
+	return op == OP_SEND_IMM ? IBV_WC_WITH_IMM : op == OP_SEND_INV ? IBV_WC_WITH_INV : 0;
+}
+
 /* Bind or invalidate a memory window (tx thread); 0 or IBV_WC_MW_BIND_ERR. */
 static enum ibv_wc_status local_op(struct pqp *q, struct swqe *e)
 {
@@ -1162,20 +1215,8 @@ static enum ibv_wc_status local_op(struct pqp *q, struct swqe *e)
 
 	pthread_mutex_lock(&c->lock);
 	if (e->opcode == IBV_WR_LOCAL_INV) {
-		uint32_t idx = e->inv_rkey >> 8;
-		struct keyent *k = idx && idx < c->nkeys ? &c->keys[idx] : NULL;
-
-		if (k && k->kind == KEY_MW && k->tag == (uint8_t)e->inv_rkey) {
-			w = k->obj;
-			if (w->mw.type == IBV_MW_TYPE_2 && w->bound && w->mw.pd == q->qp.pd) {
-				if (w->mr)
-					w->mr->mw_bound--;
-				w->bound = 0;
-				w->mr = NULL;
-				w->qp = NULL;
-				st = IBV_WC_SUCCESS;
-			}
-		}
+		if (invalidate_locked(q, e->inv_rkey, 0) == 0)
+			st = IBV_WC_SUCCESS;
 	} else {
 		struct pmr *mr = (struct pmr *)e->bind.mr;
 		uint32_t idx;
@@ -1474,12 +1515,15 @@ static int tx_one(struct pqp *q, int fd, struct swqe *e)
 	case IBV_WR_SEND:
 		h.op = OP_SEND;
 		break;
+	case IBV_WR_SEND_WITH_INV:
+		h.op = OP_SEND_INV;
+		break;
 	default:
 		h.op = OP_SEND_IMM;
 		break;
 	}
 	h.flags = (e->send_flags & IBV_SEND_SOLICITED) ? REQ_SOLICITED : 0;
-	h.rkey = e->rkey;
+	h.rkey = h.op == OP_SEND_INV ? e->inv_rkey : e->rkey;
 	h.raddr = e->raddr;
 	h.len = e->len;
 	h.imm = e->imm;
@@ -2080,7 +2124,7 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			}
 			if (r.op == OP_WRITE_IMM) {
 				pthread_mutex_lock(&q->lock);
-				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.len, 1,
+				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.len, IBV_WC_WITH_IMM,
 					      r.imm, r.flags & REQ_SOLICITED);
 				pthread_mutex_unlock(&q->lock);
 			}
@@ -2089,7 +2133,8 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			break;
 		}
 		case OP_SEND:
-		case OP_SEND_IMM: {
+		case OP_SEND_IMM:
+		case OP_SEND_INV: {
 			struct rwqe rw;
 			struct ibv_sge rs[32];
 			struct memref mem[32];
@@ -2123,12 +2168,20 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			}
 			rc = land(q, fd, rs, mem, rw.num_sge, r.len);
 			release_sges(q, rw.num_sge, mem);
+			if (!rc && r.op == OP_SEND_INV && remote_invalidate(q, r.rkey)) {
+				/* as rxe: the receive fails, the requester gets the NAK */
+				pthread_mutex_lock(&q->lock);
+				complete_recv(q, &rw, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, 0, 0, 0);
+				pthread_mutex_unlock(&q->lock);
+				send_resp(fd, R_NAK_INV_REQ, &r, 0);
+				return 1;
+			}
 			pthread_mutex_lock(&q->lock);
 			if (rc)
 				complete_recv(q, &rw, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
 			else
-				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV, r.len, r.op == OP_SEND_IMM,
-					      r.imm, r.flags & REQ_SOLICITED);
+				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV, r.len, recv_flags(r.op),
+					      r.op == OP_SEND_INV ? r.rkey : r.imm, r.flags & REQ_SOLICITED);
 			pthread_mutex_unlock(&q->lock);
 			if (rc || send_resp(fd, R_ACK, &r, 0))
 				return 0;

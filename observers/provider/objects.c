@@ -1083,10 +1083,11 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 }
 
 /* The send_ops_flags the model serves on RC (mlx5 serves these and more:
- * SEND_WITH_INV, TSO and ATOMIC_WRITE are not modelled). */
+ * TSO and ATOMIC_WRITE are not modelled). */
 #define QP_EX_SEND_OPS                                                                        \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |  \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ | \
+	 IBV_QP_EX_WITH_LOCAL_INV |                                                             \
 	 IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                          \
 	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 /* The comp_mask bits mlx5 knows; of them only PD, CREATE_FLAGS (no flag)

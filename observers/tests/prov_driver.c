@@ -209,7 +209,9 @@ static void server(const char *path, const char *dev)
 				r.v[1] = wc.status;
 				r.v[2] = wc.opcode;
 				r.v[3] = wc.byte_len;
-				r.v[4] = (int64_t)ntohl(wc.imm_data);
+				/* the invalidated rkey shares imm_data's place, in host order */
+				r.v[4] = (wc.wc_flags & IBV_WC_WITH_INV) ? (int64_t)wc.invalidated_rkey :
+									  (int64_t)ntohl(wc.imm_data);
 				r.v[5] = wc.wc_flags;
 				r.v[6] = (int64_t)wc.wr_id;
 				r.v[7] = wc.src_qp;
@@ -1296,6 +1298,59 @@ static void sc_observe(void)
 
 /* ------------------------------------------------------------------ mw -- */
 
+/* SEND_WITH_INV of n bytes naming rkey: the requester's status. */
+static int send_inv(struct ibv_qp *qp, uint64_t wr_id, uint32_t n, uint32_t rkey)
+{
+	struct ibv_sge sge = { (uintptr_t)C.buf, n, C.mr->lkey };
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND_WITH_INV;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.invalidate_rkey = rkey;
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0);
+	CHECK(poll1(C.e.cq, &wc, 20000) && wc.wr_id == wr_id);
+	return wc.status;
+}
+
+/* Remote invalidation: a SEND_WITH_INV naming the server's type-2 window
+ * (bound through the QP it arrives on) kills the key, and the receive says
+ * so; naming an MR's key is refused (both QPs to ERR). */
+static void mw_send_inv(void)
+{
+	struct pair pp = pair_new(16, RW), *p = &pp;
+	struct reply r = call(C_MW, p->sidx, 2, 0, 65536), got;
+	uint32_t rk = (uint32_t)r.v[0];
+	struct ibv_wc wc;
+	int st, after;
+
+	CHECK(r.v[1] == IBV_WC_SUCCESS);
+	CHECK(rdma1(p->qp, IBV_WR_RDMA_READ, 6, 0, 4096, C.raddr, rk, NULL) == 0);
+	CHECK(call(C_POSTRECV, p->sidx, 1 << 20, 64, 1).v[0] == 0);
+	st = send_inv(p->qp, 7, 16, rk);
+	got = call(C_POLL, 0, 0, 5000, 0);
+	CHECK(got.v[0] == 1);
+	after = rdma1(p->qp, IBV_WR_RDMA_READ, 8, 0, 4096, C.raddr, rk, &wc);
+	out("{\"op\":\"send_inv\",\"status\":%d,\"recv_status\":%lld,\"recv_opcode\":%lld,"
+	    "\"byte_len\":%lld,\"with_inv\":%d,\"rkey_match\":%d,\"after\":%d}",
+	    st, (long long)got.v[1], (long long)got.v[2], (long long)got.v[3],
+	    (got.v[5] & IBV_WC_WITH_INV) != 0, got.v[4] == (int64_t)rk, after);
+	pair_free(p);
+	*p = pair_new(16, RW);
+	CHECK(call(C_POSTRECV, p->sidx, 1 << 20, 64, 1).v[0] == 0);
+	st = send_inv(p->qp, 9, 16, C.rkey);
+	got = call(C_POLL, 0, 0, 5000, 0);
+	out("{\"op\":\"send_inv_mr\",\"status\":%d,\"recv_status\":%lld,\"client_state\":%d,"
+	    "\"server_state\":%lld}",
+	    st, got.v[0] == 1 ? (long long)got.v[1] : -1LL, qp_state(p->qp),
+	    (long long)call(C_QPSTATE, p->sidx, 0, 0, 0).v[0]);
+	pair_free(p);
+}
+
 static void sc_mw(void)
 {
 	struct pair p = pair_new(16, RW), p2;
@@ -1333,6 +1388,7 @@ static void sc_mw(void)
 	out("{\"op\":\"mw\",\"type\":2,\"after_invalidate\":%d}", wc.status);
 	pair_free(&p);
 	pair_free(&p2);
+	mw_send_inv();
 }
 
 /* ----------------------------------------------------------- handshake -- */
@@ -1796,7 +1852,7 @@ static void sc_ext_post(void)
 	int i, rc, ok;
 
 	/* what the model cannot serve is refused as rdma-core with mlx5 refuses it */
-	xrefused("send_with_inv", PD_SEND, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV);
+	xrefused("atomic_write", PD_SEND, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE);
 	xrefused("tso", PD_SEND, IBV_QP_EX_WITH_TSO);
 	xrefused("no_pd", IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_EX_WITH_SEND);
 	xrefused("unknown_mask", PD_SEND | (1u << 20), IBV_QP_EX_WITH_SEND);
@@ -2056,10 +2112,10 @@ static void sc_atomics(void)
 		memset(&wr, 0, sizeof(wr));
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
-		wr.opcode = IBV_WR_SEND_WITH_INV;
-		rc = ibv_post_send(x.a, &wr, &bad);
 		wr.opcode = IBV_WR_ATOMIC_WRITE;
-		out("{\"op\":\"not_modelled\",\"send_with_inv\":%d,\"atomic_write\":%d}", rc,
+		rc = ibv_post_send(x.a, &wr, &bad);
+		wr.opcode = IBV_WR_TSO;
+		out("{\"op\":\"not_modelled\",\"atomic_write\":%d,\"tso\":%d}", rc,
 		    ibv_post_send(x.a, &wr, &bad));
 	}
 	xpair_free(&x);

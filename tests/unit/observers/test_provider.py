@@ -535,6 +535,26 @@ def test_memory_windows_type_1_and_2(build, hosts, tmp_path):
     own = [x for x in pair.ops("mw") if x["type"] == 2]
     assert own[0] == {"op": "mw", "type": 2, "own_qp": SUCCESS, "other_qp": REM_ACCESS_ERR}
     assert own[1] == {"op": "mw", "type": 2, "after_invalidate": REM_ACCESS_ERR}
+    # SEND_WITH_INV naming the peer's type-2 window: the SEND lands, the receive carries
+    # IBV_WC_WITH_INV and the key, and the key is dead for the next READ
+    assert pair.one("send_inv") == {
+        "op": "send_inv",
+        "status": SUCCESS,
+        "recv_status": SUCCESS,
+        "recv_opcode": WC_RECV,
+        "byte_len": 16,
+        "with_inv": 1,
+        "rkey_match": 1,
+        "after": REM_ACCESS_ERR,
+    }
+    # naming an MR's key (not remotely invalidable): refused on both sides, both QPs in ERR (as rxe)
+    assert pair.one("send_inv_mr") == {
+        "op": "send_inv_mr",
+        "status": REM_INV_REQ_ERR,
+        "recv_status": REM_INV_REQ_ERR,
+        "client_state": QPS_ERR,
+        "server_state": QPS_ERR,
+    }
 
 
 # ----------------------------------------------------------- extended verbs --
@@ -569,7 +589,7 @@ def test_extended_post_goes_through_the_same_checks_and_queue(build, hosts, tmp_
     pair = run_pair(build, hosts, tmp_path, "ext_post")
     refused = {x["what"]: (x["null"], x["errno"]) for x in pair.ops("qp_ex_refused")}
     assert refused == {
-        "send_with_inv": (1, EOPNOTSUPP),  # not modelled
+        "atomic_write": (1, EOPNOTSUPP),  # not modelled
         "tso": (1, EOPNOTSUPP),
         "no_pd": (1, EINVAL),  # an RC QP needs its PD
         "unknown_mask": (1, EINVAL),
@@ -619,7 +639,7 @@ def test_rc_atomics(build, hosts, tmp_path):
     assert values["orig"] == [5, 9, 9, 100, 200]
     assert values["remote"] == [9 + 0x100000001, 222]
     assert values["around"] == 0  # 8 bytes each, nothing else touched
-    assert pair.one("not_modelled") == {"op": "not_modelled", "send_with_inv": EOPNOTSUPP, "atomic_write": EOPNOTSUPP}
+    assert pair.one("not_modelled") == {"op": "not_modelled", "atomic_write": EOPNOTSUPP, "tso": EOPNOTSUPP}
     assert pair.one("atomic_errors") == {
         "op": "atomic_errors",
         "misaligned": REM_INV_REQ_ERR,
