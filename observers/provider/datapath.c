@@ -32,23 +32,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define HELLO_MAGIC 0x4f524250u /* "ORBP" */
-#define HELLO_VERSION 1
+#define HELLO_VERSION 2
+#define HELLO_DIRECT 1 /* hello.flags: the requester can move payload itself */
+#define REPLY_DIRECT 1 /* hello_reply.flags: ... and this responder lets it */
 #define DRAIN_MS 2000
 
 struct hello {
 	uint32_t magic;
 	uint16_t version;
 	uint8_t rnr_retry;
-	uint8_t reserved;
+	uint8_t flags;
 	uint8_t src_gid[16];
 	uint8_t dst_gid[16];
 	uint32_t src_qpn;
 	uint32_t dst_qpn;
+	uint8_t nonce[16];       /* with HELLO_DIRECT: random; the responder shows it back */
 };
 
 enum hello_status {
@@ -59,13 +63,20 @@ enum hello_status {
 	HS_WRONG_PEER,   /* the QP's AV names another GID/QPN */
 };
 
+/* With REPLY_DIRECT, pid is the responder's process and nonce_addr where it
+ * keeps the hello's nonce: reading it there proves the pid (a process that
+ * cannot write into another cannot make it hold a fresh random nonce). */
 struct hello_reply {
 	uint32_t magic;
 	uint32_t status;
+	uint32_t pid;
+	uint32_t flags;
+	uint64_t nonce_addr;
 };
 
-enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD, OP_SEND_INV };
+enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD, OP_SEND_INV, OP_DONE };
 #define REQ_SOLICITED 1
+#define REQ_DIRECT 2 /* the requester moves the payload itself: grant, then OP_DONE */
 
 struct req_hdr {
 	uint8_t op;
@@ -90,7 +101,7 @@ struct atomic_args {
  * host address behind an aligned iova. */
 static pthread_mutex_t atomic_lock = PTHREAD_MUTEX_INITIALIZER;
 
-enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR };
+enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR, R_GRANT };
 
 struct resp_hdr {
 	uint8_t status;
@@ -1324,7 +1335,8 @@ static int connect_once(struct pqp *q, uint32_t dip, uint16_t port, int ms)
  * RTR; give up at the deadline or as soon as this QP leaves RTS.  0 (HS_OK),
  * 1 when the peer closed without answering (its handshake slots were all
  * busy: worth another try), -1 refused or given up. */
-static int hello_exchange(struct pqp *q, int fd, const struct hello *h, uint64_t deadline)
+static int hello_exchange(struct pqp *q, int fd, const struct hello *h, uint64_t deadline,
+			  struct hello_reply *reply)
 {
 	struct hello_reply r;
 	ssize_t n;
@@ -1345,7 +1357,42 @@ static int hello_exchange(struct pqp *q, int fd, const struct hello *h, uint64_t
 		return 1;
 	if (recv_q(q, fd, &r, sizeof(r)) || r.magic != HELLO_MAGIC || r.status != HS_OK)
 		return -1;
+	*reply = r;
 	return 0;
+}
+
+/* The payload path of this connection: single copy only when offered,
+ * granted, and the peer's pid proven (it holds this hello's nonce where it
+ * said); else TCP.  The choice and its reason go to q->direct_why. */
+static void choose_payload_path(struct pqp *q, const struct hello *h, const struct hello_reply *r)
+{
+	uint8_t seen[sizeof(h->nonce)];
+	struct iovec local = { seen, sizeof(seen) };
+	struct iovec remote = { (void *)(uintptr_t)r->nonce_addr, sizeof(seen) };
+	char why[sizeof(q->direct_why)];
+	int direct = 0;
+
+	if (cfg.payload_tcp)
+		snprintf(why, sizeof(why), "tcp: ORBITE_PROVIDER_PAYLOAD=tcp");
+	else if (!(h->flags & HELLO_DIRECT))
+		snprintf(why, sizeof(why), "tcp: no random nonce to prove the peer's pid with");
+	else if (!(r->flags & REPLY_DIRECT))
+		snprintf(why, sizeof(why), "tcp: the peer keeps to TCP (its ORBITE_PROVIDER_PAYLOAD)");
+	else if (process_vm_readv((pid_t)r->pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(seen))
+		snprintf(why, sizeof(why), "tcp: process_vm_readv of pid %u: %s", r->pid, strerror(errno));
+	else if (memcmp(seen, h->nonce, sizeof(seen)))
+		snprintf(why, sizeof(why), "tcp: pid %u does not hold this hello's nonce", r->pid);
+	else {
+		snprintf(why, sizeof(why), "process_vm_readv/writev with pid %u", r->pid);
+		direct = 1;
+	}
+	pthread_mutex_lock(&q->lock);
+	q->direct = direct;
+	q->peer_pid = direct ? (int)r->pid : 0;
+	memcpy(q->direct_why, why, sizeof(why));
+	pthread_mutex_unlock(&q->lock);
+	if (cfg.payload_log)
+		prov_warn("QP %u -> QP %u: payload by %s", q->qp.qp_num, q->dest_qpn, why);
 }
 
 /* Connect to the peer QP named by the AV; the fd, or -1 (unreachable). */
@@ -1366,7 +1413,10 @@ static int do_connect(struct pqp *q)
 	memcpy(h.dst_gid, q->dgid.raw, 16);
 	h.src_qpn = q->qp.qp_num;
 	h.dst_qpn = q->dest_qpn;
+	if (!cfg.payload_tcp && getrandom(h.nonce, sizeof(h.nonce), 0) == (ssize_t)sizeof(h.nonce))
+		h.flags = HELLO_DIRECT;
 	for (;;) {
+		struct hello_reply reply;
 		uint64_t now = now_ms();
 
 		if (now >= deadline || qstate(q) != IBV_QPS_RTS || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
@@ -1376,9 +1426,11 @@ static int do_connect(struct pqp *q)
 			if (errno != ECONNREFUSED && errno != EAGAIN && errno != ETIMEDOUT)
 				return -1;
 		} else {
-			rc = hello_exchange(q, fd, &h, deadline);
-			if (rc == 0)
+			rc = hello_exchange(q, fd, &h, deadline, &reply);
+			if (rc == 0) {
+				choose_payload_path(q, &h, &reply);
 				return fd;
+			}
 			close(fd);
 			if (rc < 0)
 				return -1;
@@ -1483,6 +1535,14 @@ static int tx_atomic(struct pqp *q, int fd, struct swqe *e)
 	return sendv_all(fd, iov, 2) ? TX_IOERR : TX_OK;
 }
 
+/* READ and WRITE (not inline) move by single copy when the connection has
+ * that path; every other opcode keeps to TCP. */
+static int direct_wr(struct pqp *q, const struct swqe *e)
+{
+	return q->direct && e->len && !(e->send_flags & IBV_SEND_INLINE) &&
+	       (e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_RDMA_WRITE);
+}
+
 static int tx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1528,6 +1588,12 @@ static int tx_one(struct pqp *q, int fd, struct swqe *e)
 	h.len = e->len;
 	h.imm = e->imm;
 	h.seq = (uint32_t)e->seq;
+	if (direct_wr(q, e)) {
+		/* Only the request: rx moves the bytes once the peer granted it. */
+		h.flags |= REQ_DIRECT;
+		release_sges(q, e->num_sge, mem);
+		return send_all(fd, &h, sizeof(h)) ? TX_IOERR : TX_OK;
+	}
 	if (h.op == OP_READ || e->len == 0 || e->stall_at == 0) {
 		if (send_all(fd, &h, sizeof(h))) {
 			release_sges(q, e->num_sge, mem);
@@ -1604,13 +1670,14 @@ static void *tx_main(void *arg)
 	qp_wake(q);
 	for (;;) {
 		struct swqe *e;
-		int r;
+		int r, direct;
 
 		while (!q->dead && q->qp.state == IBV_QPS_RTS && q->sq_tx == q->sq_head)
 			pthread_cond_wait(&q->txcv, &q->lock);
 		if (q->dead || q->qp.state != IBV_QPS_RTS)
 			break;
 		e = &q->sq[q->sq_tx % n];
+		direct = direct_wr(q, e);
 		pthread_mutex_unlock(&q->lock);
 		r = tx_one(q, fd, e);
 		pthread_mutex_lock(&q->lock);
@@ -1619,6 +1686,10 @@ static void *tx_main(void *arg)
 				   W_LOCAL_DONE : W_SENT;
 			q->sq_tx++;
 			qp_wake(q);
+			/* rx talks on the connection for a granted WR: nothing is
+			 * sent until it finished */
+			while (direct && !q->dead && q->qp.state == IBV_QPS_RTS && q->sq_rx < q->sq_tx)
+				pthread_cond_wait(&q->txcv, &q->lock);
 			continue;
 		}
 		if (r == TX_LOCAL_ERR) {
@@ -1681,6 +1752,104 @@ static int rx_atomic(struct pqp *q, int fd, struct swqe *e, const struct resp_hd
 	return RX_OK;
 }
 
+/* Whether the peer shut the connection (it sends nothing while a granted
+ * WR moves): its QP left RTS, as the TCP path sees at its next chunk. */
+static int peer_hung_up(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+
+	return poll(&p, 1, 0) != 0;
+}
+
+/* Bytes [off, off + n) of e's SGEs to or from the peer's memory at addr + off. */
+static int copy_piece(struct pqp *q, struct swqe *e, const struct memref *mem, uint64_t addr,
+		      uint64_t off, uint64_t n, int read)
+{
+	while (n) {
+		struct iovec local[32];
+		struct iovec remote = { (void *)(uintptr_t)(addr + off), (size_t)n };
+		int cnt = slice(e->sge, mem, e->num_sge, off, n, local, 32);
+		ssize_t r = read ? process_vm_readv((pid_t)q->peer_pid, local, (unsigned long)cnt, &remote, 1, 0) :
+				   process_vm_writev((pid_t)q->peer_pid, local, (unsigned long)cnt, &remote, 1, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1; /* the peer's memory or process went away */
+		off += (uint64_t)r;
+		n -= (uint64_t)r;
+	}
+	return 0;
+}
+
+static int send_done(int fd, const struct swqe *e, uint64_t moved)
+{
+	struct req_hdr d;
+
+	memset(&d, 0, sizeof(d));
+	d.op = OP_DONE;
+	d.seq = (uint32_t)e->seq;
+	d.len = moved;
+	return send_all(fd, &d, sizeof(d));
+}
+
+/* A granted READ or WRITE: the payload moves between this process's SGEs
+ * and the peer's memory at the granted address, piece by piece with the
+ * stall point and state checks of the TCP path; then OP_DONE with the bytes
+ * moved, and the peer's acknowledgement of a whole transfer. */
+static int rx_direct(struct pqp *q, int fd, struct swqe *e, const struct resp_hdr *h)
+{
+	int read = e->opcode == IBV_WR_RDMA_READ, rc = RX_OK;
+	struct memref mem[32];
+	struct resp_hdr ack;
+	uint64_t addr, done = 0;
+
+	if (recv_q(q, fd, &addr, sizeof(addr)))
+		return RX_IOERR;
+	if (h->len != e->len) {
+		e->status = IBV_WC_BAD_RESP_ERR;
+		return RX_NAK;
+	}
+	if (acquire_sges(q, e, read ? IBV_ACCESS_LOCAL_WRITE : 0, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR; /* the MR went away since the request left */
+		return send_done(fd, e, 0) ? RX_IOERR : RX_NAK;
+	}
+	while (done < e->len) {
+		uint64_t n;
+
+		if (done == e->stall_at)
+			stall_wait(q);
+		if (qstate(q) != IBV_QPS_RTS) {
+			rc = RX_ABORTED; /* what landed stays, the rest never will */
+			break;
+		}
+		n = piece_len(e, done);
+		if (peer_hung_up(fd) || copy_piece(q, e, mem, addr, done, n, read)) {
+			rc = RX_IOERR;
+			break;
+		}
+		done += n;
+		if (read)
+			stat_add(q->c, S_READ_BYTES_LANDED, n);
+		if (cfg.pace_us)
+			usleep((useconds_t)cfg.pace_us);
+	}
+	release_sges(q, e->num_sge, mem);
+	if (send_done(fd, e, done))
+		return RX_IOERR;
+	if (rc != RX_OK)
+		return rc;
+	if (recv_q(q, fd, &ack, sizeof(ack)))
+		return RX_IOERR;
+	if (ack.seq != (uint32_t)e->seq || ack.status != R_ACK) {
+		e->status = ack.status == R_ACK ? IBV_WC_BAD_RESP_ERR : nak_status(ack.status);
+		return RX_NAK;
+	}
+	if (!read)
+		stat_add(q->c, S_WRITE_BYTES_SENT, e->len);
+	return RX_OK;
+}
+
 static int rx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1693,6 +1862,8 @@ static int rx_one(struct pqp *q, int fd, struct swqe *e)
 		e->status = IBV_WC_BAD_RESP_ERR;
 		return RX_NAK;
 	}
+	if (h.status == R_GRANT && direct_wr(q, e))
+		return rx_direct(q, fd, e, &h);
 	if (h.status != R_ACK) {
 		e->status = nak_status(h.status);
 		return RX_NAK;
@@ -1813,6 +1984,8 @@ static void *rx_main(void *arg)
 		pthread_mutex_unlock(&q->lock);
 		r = rx_one(q, q->ofd, e);
 		pthread_mutex_lock(&q->lock);
+		if (q->direct)
+			pthread_cond_broadcast(&q->txcv); /* tx waits for a granted WR to end */
 		if (r == RX_OK) {
 			complete_send(q, e, IBV_WC_SUCCESS);
 			q->sq_rx++;
@@ -2033,6 +2206,39 @@ static int serve_atomic(struct pqp *q, int fd, const struct req_hdr *r)
 	return sendv_all(fd, iov, 2) ? -1 : 0;
 }
 
+/* A READ or WRITE the requester moves itself (REQ_DIRECT), its key, range
+ * and access checked: grant the range's address, wait for OP_DONE with the
+ * bytes moved (the memory held until then), count them, acknowledge a whole
+ * transfer.  0 served, -1 the connection ended or broke the protocol. */
+static int serve_direct(struct pqp *q, int fd, const struct req_hdr *r, struct memref *m)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)m->ptr;
+	struct resp_hdr h;
+	struct iovec iov[2] = { { &h, sizeof(h) }, { &addr, sizeof(addr) } };
+	struct req_hdr d;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	h.status = R_GRANT;
+	h.op = r->op;
+	h.seq = r->seq;
+	h.len = r->len;
+	rc = sendv_all(fd, iov, 2) || recv_all(fd, &d, sizeof(d));
+	mem_release(q->c, m);
+	if (rc || d.op != OP_DONE || d.seq != r->seq || d.len > r->len)
+		return -1;
+	stat_add(q->c, r->op == OP_READ ? S_READ_BYTES_SERVED : S_WRITE_BYTES_LANDED, d.len);
+	if (d.len < r->len)
+		return 0; /* stopped part way: the requester ends the connection */
+	return send_resp(fd, R_ACK, r, 0) ? -1 : 0;
+}
+
+/* Payload bytes that follow a request header on the connection. */
+static uint64_t wire_len(const struct req_hdr *r)
+{
+	return (r->flags & REQ_DIRECT) ? 0 : r->len;
+}
+
 /* Serve one connection; returns when it ends.  1 = a NAK was sent (class C
  * error: this QP is now in ERR and the caller drains the connection). */
 static int serve(struct pqp *q, int fd, int rnr_retry)
@@ -2052,6 +2258,11 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			    mem_acquire(c, q->qp.pd, q, r.rkey, r.raddr, r.len, IBV_ACCESS_REMOTE_READ, 1, &m)) {
 				send_resp(fd, R_NAK_ACCESS, &r, 0);
 				return 1;
+			}
+			if (r.flags & REQ_DIRECT) {
+				if (serve_direct(q, fd, &r, &m))
+					return 0;
+				break;
 			}
 			if (r.len == 0 && send_resp(fd, R_ACK, &r, 0)) {
 				mem_release(c, &m);
@@ -2097,9 +2308,14 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			access = IBV_ACCESS_REMOTE_WRITE;
 			if (!(__atomic_load_n(&q->access, __ATOMIC_ACQUIRE) & access) ||
 			    mem_acquire(c, q->qp.pd, q, r.rkey, r.raddr, r.len, access, 1, &m)) {
-				if (discard(fd, r.len) == 0)
+				if (discard(fd, wire_len(&r)) == 0)
 					send_resp(fd, R_NAK_ACCESS, &r, 0);
 				return 1;
+			}
+			if (r.op == OP_WRITE && (r.flags & REQ_DIRECT)) {
+				if (serve_direct(q, fd, &r, &m))
+					return 0;
+				break;
 			}
 			if (r.op == OP_WRITE_IMM && take_recv(q, rnr_retry, &rw, rs)) {
 				mem_release(c, &m);
@@ -2238,11 +2454,31 @@ static void hs_drop_all(struct pqp *q)
 }
 
 /* The answer fits the empty send buffer of a fresh socket: never waits. */
+static int hs_send(int fd, const struct hello_reply *rep)
+{
+	return send(fd, rep, sizeof(*rep), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*rep) ? 0 : -1;
+}
+
 static int hs_reply(int fd, int status)
 {
-	struct hello_reply rep = { HELLO_MAGIC, (uint32_t)status };
+	struct hello_reply rep = { .magic = HELLO_MAGIC, .status = (uint32_t)status };
 
-	return send(fd, &rep, sizeof(rep), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(rep) ? 0 : -1;
+	return hs_send(fd, &rep);
+}
+
+/* HS_OK, granting the single-copy path when the hello offers it: the
+ * nonce kept where the requester can read it (q->lock held). */
+static int hs_accept_hello_locked(struct pqp *q, int fd, const struct hello *h)
+{
+	struct hello_reply rep = { .magic = HELLO_MAGIC, .status = HS_OK };
+
+	if (!cfg.payload_tcp && (h->flags & HELLO_DIRECT)) {
+		memcpy(q->peer_nonce, h->nonce, sizeof(q->peer_nonce));
+		rep.flags = REPLY_DIRECT;
+		rep.pid = (uint32_t)getpid();
+		rep.nonce_addr = (uint64_t)(uintptr_t)q->peer_nonce;
+	}
+	return hs_send(fd, &rep);
 }
 
 /* Take every connection waiting on lfd: each into a free slot with the
@@ -2369,12 +2605,14 @@ static int hs_answer(struct pqp *q, struct hs_conn *c, short revents, int *rnr_r
 		pthread_mutex_unlock(&q->lock);
 		return -1;
 	}
-	if (hs_reply(c->fd, st) == 0 && st == HS_OK) {
+	if (st == HS_OK && hs_accept_hello_locked(q, c->fd, &h) == 0) {
 		fd = c->fd;
 		c->fd = -1;
 		q->ifd = fd; /* published: ERR and destroy shut it down */
 		*rnr_retry = h.rnr_retry;
 	} else {
+		if (st != HS_OK)
+			hs_reply(c->fd, st);
 		hs_drop_locked(c);
 	}
 	pthread_mutex_unlock(&q->lock);
@@ -2511,6 +2749,21 @@ void qp_stop_all(struct pqp *q)
 }
 
 /* ------------------------------------------------------------ exported -- */
+
+PROV_EXPORT int orbite_provider_qp_payload(struct ibv_qp *qp, char *why, size_t len)
+{
+	struct pqp *q = (struct pqp *)qp;
+	int rc;
+
+	if (!qp)
+		return -1;
+	pthread_mutex_lock(&q->lock);
+	rc = q->connected ? q->direct : -1;
+	if (why && len)
+		snprintf(why, len, "%s", rc < 0 ? "not connected" : q->direct_why);
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
 
 PROV_EXPORT int orbite_provider_qp_stall(struct ibv_qp *qp, uint64_t bytes, long max_ms)
 {

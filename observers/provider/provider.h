@@ -49,6 +49,8 @@ struct prov_config {
 	long stall_ms;           /* ORBITE_PROVIDER_STALL_MS */
 	long accept_ms;          /* how long an incoming connection waits for RTR */
 	long hello_ms;           /* ORBITE_PROVIDER_HELLO_MS: the whole hello, from accept */
+	int payload_tcp;         /* ORBITE_PROVIDER_PAYLOAD=tcp: never the single-copy path */
+	int payload_log;         /* ORBITE_PROVIDER_PAYLOAD_LOG=1: each QP's path on stderr */
 	int cmd_style;           /* ORBITE_PROVIDER_CMD: 0 ioctl, 1 write, 2 invoke_write */
 };
 extern struct prov_config cfg;
@@ -267,7 +269,7 @@ int dp_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 
 #define MAX_LISTEN 8
 #define MAX_HANDSHAKES ORBITE_PROVIDER_MAX_HANDSHAKES
-#define HELLO_BYTES 48 /* sizeof(struct hello), datapath.c */
+#define HELLO_BYTES 64 /* sizeof(struct hello), datapath.c */
 
 /* A connection a QP's responder accepted whose hello is not checked yet. */
 struct hs_conn {
@@ -339,6 +341,10 @@ struct pqp {
 	int wakefd;              /* eventfd: wakes the responder on destroy */
 	/* outgoing connection (requester role) */
 	int ofd;
+	int direct;              /* READ/WRITE payload by process_vm_readv/writev (else TCP) */
+	char direct_why[96];     /* why that path (orbite_provider_qp_payload) */
+	int peer_pid;            /* with direct: the peer's process, proven at the hello */
+	uint8_t peer_nonce[16];  /* responder: the nonce of the hello served, its proof of pid */
 	int tx_running, rx_running, tx_stopped, connected, conn_failed;
 	int req_threads;         /* 0, 1 (tx) or 2 (tx and rx) to join */
 	uint64_t err_ms;         /* when it entered ERR (now_ms) */

@@ -406,6 +406,15 @@ static void check_remote(uint64_t off, uint64_t len, uint32_t seed)
 	CHECK(r.v[0] == 0 && r.v[1] == 0);
 }
 
+/* The payload path the provider chose for qp's connection, and why. */
+static void report_payload(struct ibv_qp *qp)
+{
+	char why[128];
+	int direct = orbite_provider_qp_payload(qp, why, sizeof(why));
+
+	out("{\"op\":\"payload\",\"direct\":%d,\"why\":\"%s\"}", direct, why);
+}
+
 static void sc_rw(void)
 {
 	static const uint32_t sizes[] = { 1, 4096, (1u << 20) + 3, 8u << 20, 32u << 20 };
@@ -587,6 +596,7 @@ static void sc_rw(void)
 	    (unsigned long long)write_total, orbite_provider_ctx_counter(C.e.ctx, "read_bytes_landed"),
 	    orbite_provider_ctx_counter(C.e.ctx, "write_bytes_sent"), (long long)r.v[4],
 	    (long long)r.v[5], (long long)r.v[6], (long long)r.v[7]);
+	report_payload(p.qp);
 	pair_free(&p);
 }
 
@@ -1298,6 +1308,18 @@ static void sc_observe(void)
 
 /* ------------------------------------------------------------------ mw -- */
 
+/* The server QP's state once the NAK it sent had its effect (it moves to
+ * ERR just after sending it): RTS for at most 2 s. */
+static int server_state_after_nak(struct pair *p)
+{
+	uint64_t end = mono_ms() + 2000;
+	int st;
+
+	while ((st = (int)call(C_QPSTATE, p->sidx, 0, 0, 0).v[0]) == IBV_QPS_RTS && mono_ms() < end)
+		usleep(1000);
+	return st;
+}
+
 /* SEND_WITH_INV of n bytes naming rkey: the requester's status. */
 static int send_inv(struct ibv_qp *qp, uint64_t wr_id, uint32_t n, uint32_t rkey)
 {
@@ -1345,9 +1367,8 @@ static void mw_send_inv(void)
 	st = send_inv(p->qp, 9, 16, C.rkey);
 	got = call(C_POLL, 0, 0, 5000, 0);
 	out("{\"op\":\"send_inv_mr\",\"status\":%d,\"recv_status\":%lld,\"client_state\":%d,"
-	    "\"server_state\":%lld}",
-	    st, got.v[0] == 1 ? (long long)got.v[1] : -1LL, qp_state(p->qp),
-	    (long long)call(C_QPSTATE, p->sidx, 0, 0, 0).v[0]);
+	    "\"server_state\":%d}",
+	    st, got.v[0] == 1 ? (long long)got.v[1] : -1LL, qp_state(p->qp), server_state_after_nak(p));
 	pair_free(p);
 }
 
@@ -1417,9 +1438,9 @@ static int closed_by_peer(int fd, int ms)
 	return recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
 }
 
-/* The first 47 of the hello's 48 bytes as the provider would send them:
- * magic "ORBP", version 1. */
-static const uint8_t hello_prefix[47] = { 0x50, 0x42, 0x52, 0x4f, 0x01, 0x00, 0x07 };
+/* The first 63 of the hello's 64 bytes as the provider would send them:
+ * magic "ORBP", version 2. */
+static const uint8_t hello_prefix[63] = { 0x50, 0x42, 0x52, 0x4f, 0x02, 0x00, 0x07 };
 
 /* Silent connections opened before the real peer's first WR: the WR is not
  * held up by them, and each is closed at its hello deadline. */

@@ -461,8 +461,17 @@ def test_real_pyverbs_extended_verbs_on_the_provider(plain, hosts):
 # ------------------------------------------------------------ data movement --
 
 
-def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_path):
-    pair = run_pair(build, hosts, tmp_path, "rw")
+def _payload_env(payload):
+    return {"ORBITE_PROVIDER_PAYLOAD": payload}
+
+
+@pytest.mark.parametrize("payload", ["auto", "tcp"])
+def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_path, payload):
+    env = _payload_env(payload)
+    pair = run_pair(build, hosts, tmp_path, "rw", client_env=env, server_env=env)
+    # auto: the two fake hosts' processes (same user) reach each other's memory: single copy
+    path = pair.one("payload")
+    assert path["direct"] == (payload == "auto"), path
     sizes = [1, 4096, (1 << 20) + 3, 8 << 20, 32 << 20]
     assert [x["size"] for x in pair.ops("read")] == sizes
     assert [x["size"] for x in pair.ops("write")] == sizes
@@ -482,8 +491,10 @@ def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_p
 ACCESS_CASES = ("bad_rkey", "out_of_bounds", "mr_no_remote_read", "mr_no_remote_write", "qp_no_remote_write")
 
 
-def test_keys_bounds_and_access_flags_are_checked(build, hosts, tmp_path):
-    pair = run_pair(build, hosts, tmp_path, "errors")
+@pytest.mark.parametrize("payload", ["auto", "tcp"])
+def test_keys_bounds_and_access_flags_are_checked(build, hosts, tmp_path, payload):
+    env = _payload_env(payload)
+    pair = run_pair(build, hosts, tmp_path, "errors", client_env=env, server_env=env)
     for case in ACCESS_CASES:
         # the responder refuses: REM_ACCESS_ERR, the WR behind it flushed, both QPs in ERR (as rxe)
         assert pair.one("error_case", case=case) == {
@@ -798,6 +809,23 @@ def test_unselected_destroys_reach_the_provider(build, hosts, tmp_path):
     assert (kinds.count("pd"), kinds.count("cq"), kinds.count("mw")) == (5, 3, 2)
 
 
+@pytest.mark.parametrize(
+    ("client", "server", "why"),
+    [
+        ("auto", "auto", "process_vm_readv/writev with pid "),
+        ("tcp", "auto", "tcp: ORBITE_PROVIDER_PAYLOAD=tcp"),
+        ("auto", "tcp", "tcp: the peer keeps to TCP (its ORBITE_PROVIDER_PAYLOAD)"),
+    ],
+)
+def test_the_payload_path_is_chosen_per_qp_and_logged_with_its_reason(build, hosts, tmp_path, client, server, why):
+    cenv = {**_payload_env(client), "ORBITE_PROVIDER_PAYLOAD_LOG": "1"}
+    pair = run_pair(build, hosts, tmp_path, "rw", client_env=cenv, server_env=_payload_env(server))
+    path = pair.one("payload")
+    assert path["direct"] == (client == server == "auto") and path["why"].startswith(why), path
+    logged = [line for line in pair.stderr.splitlines() if "payload by" in line]
+    assert logged and all(line.endswith(path["why"]) for line in logged), pair.stderr
+
+
 # ---------------------------------------------------------- rogue handshakes --
 
 # The server's hello deadline in these tests (ORBITE_PROVIDER_HELLO_MS; 5000 by default).
@@ -825,7 +853,7 @@ def test_the_whole_hello_has_one_deadline_from_accept(build, hosts, tmp_path):
     # one byte every 100 ms keeps the connection busy but never makes a hello: it is closed at
     # the deadline counted from accept, while bytes were still coming
     assert HELLO_MS - 100 <= got["closed_ms"] <= HELLO_MS + 1000, got
-    assert got["sent"] < 47
+    assert got["sent"] < 63
 
 
 def test_destroy_qp_ends_promptly_with_a_half_sent_hello_pending(build, hosts, tmp_path):
@@ -847,8 +875,10 @@ def test_connections_beyond_the_handshake_slots_are_closed_at_once(build, hosts,
 # ---------------------------------------------------------- partial copies --
 
 
-def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, tmp_path):
-    pair = run_pair(build, hosts, tmp_path, "partial")
+@pytest.mark.parametrize("payload", ["auto", "tcp"])
+def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, tmp_path, payload):
+    env = _payload_env(payload)
+    pair = run_pair(build, hosts, tmp_path, "partial", client_env=env, server_env=env)
     for opcode, length, stall in (("RDMA_READ", 4 << 20, (1 << 20) + 12345), ("RDMA_WRITE", 16 << 20, (5 << 20) + 7)):
         got = pair.one("partial", opcode=opcode)
         # flushed; exactly the bytes before the stall landed, the rest and every other byte untouched
