@@ -1327,12 +1327,7 @@ static int send_inv(struct ibv_qp *qp, uint64_t wr_id, uint32_t n, uint32_t rkey
 	struct ibv_send_wr wr, *bad;
 	struct ibv_wc wc;
 
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND_WITH_INV;
-	wr.send_flags = IBV_SEND_SIGNALED;
+	wr_one(&wr, &sge, wr_id, IBV_WR_SEND_WITH_INV, IBV_SEND_SIGNALED);
 	wr.invalidate_rkey = rkey;
 	CHECK(ibv_post_send(qp, &wr, &bad) == 0);
 	CHECK(poll1(C.e.cq, &wc, 20000) && wc.wr_id == wr_id);
@@ -2036,12 +2031,7 @@ static int post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id,
 	struct ibv_sge sge = { (uintptr_t)laddr, 8, lkey };
 	struct ibv_send_wr wr, *bad;
 
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED;
+	wr_one(&wr, &sge, wr_id, op, IBV_SEND_SIGNALED);
 	wr.wr.atomic.remote_addr = raddr;
 	wr.wr.atomic.rkey = rkey;
 	wr.wr.atomic.compare_add = compare_add;

@@ -16,19 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DIE(what)                      \
-	do {                           \
-		perror(what);          \
-		exit(3);               \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "bench_common.h"
 
 /* The child: fill its buffer, say where it is, wait until the parent is done. */
 static void hold(uint8_t *buf, uint64_t span, int wfd, int rfd)
@@ -55,10 +43,7 @@ int main(int argc, char **argv)
 
 	if (argc != 4)
 		return fprintf(stderr, "usage: %s <msg> <total> <span>\n", argv[0]), 2;
-	msg = strtoull(argv[1], NULL, 10);
-	total = strtoull(argv[2], NULL, 10);
-	span = strtoull(argv[3], NULL, 10);
-	if (!msg || total < msg || span < msg)
+	if (bench_sizes(argv + 1, &msg, &total, &span))
 		return fprintf(stderr, "bad arguments\n"), 2;
 	span -= span % msg;
 	buf = aligned_alloc(4096, span);
@@ -87,10 +72,7 @@ int main(int argc, char **argv)
 	if (write(down[1], "x", 1) != 1)
 		DIE("write end");
 	waitpid(pid, &status, 0);
-	printf("{\"op\":\"process_vm_readv\",\"msg\":%llu,\"bytes\":%llu,\"span\":%llu,\"seconds\":%.6f,"
-	       "\"mb_per_s\":%.1f}\n",
-	       (unsigned long long)msg, (unsigned long long)total, (unsigned long long)span, dt,
-	       (double)total / dt / 1e6);
+	bench_report("process_vm_readv", msg, total, span, dt);
 	free(buf);
 	return status == 0 ? 0 : 3;
 }
