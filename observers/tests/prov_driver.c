@@ -10,7 +10,7 @@
  *
  * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
  * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq,
- * handshake <silent|trickle|destroy|overflow> <the server's hello deadline, ms>, and
+ * handshake <silent|trickle|destroy|overflow|rogue_responder> <the server's hello deadline, ms>, and
  * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
  * (how the program waits for completions: busy polling, polling with a
  * 50 us sleep when the CQ is empty, or the completion channel; messages
@@ -31,7 +31,7 @@
 
 enum cmd {
 	C_HELLO = 1, C_NEWQP, C_FILL, C_SENT, C_CHECK, C_CHECKPART, C_QPSTATE, C_POSTRECV,
-	C_POLL, C_MW, C_INV, C_COUNTERS, C_HELD, C_DESTROYQP, C_BYE,
+	C_POLL, C_MW, C_INV, C_COUNTERS, C_HELD, C_DESTROYQP, C_PAYLOAD, C_BYE,
 };
 
 struct msg {
@@ -255,6 +255,13 @@ static void server(const char *path, const char *dev)
 			for (i = 0; i < 7; i++)
 				r.v[i] = orbite_provider_held(held_kinds[i]);
 			break;
+		case C_PAYLOAD: {
+			char why[128];
+
+			r.v[0] = orbite_provider_qp_payload(S.qp[m.idx], why, sizeof(why));
+			r.v[1] = strstr(why, "does not hold this hello's nonce") != NULL;
+			break;
+		}
 		case C_DESTROYQP:
 			r.v[0] = ibv_destroy_qp(S.qp[m.idx]);
 			S.qp[m.idx] = NULL;
@@ -1545,6 +1552,52 @@ static void hs_overflow(int extra, int hello_ms)
 	pair_free(&p);
 }
 
+/* A rogue responder: a plain socket on this host's GID address answers the
+ * server QP's hello with "single copy, pid <this process>, the nonce is at
+ * <decoy>".  With the decoy left as it is the server must keep to TCP (the
+ * proof failed); with the hello's nonce copied there (what only a process
+ * that is that pid, or can write into it, can do) it takes the single copy. */
+static void hs_rogue_responder(int copy_nonce)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	static uint8_t decoy[16];
+	uint8_t hello[64];
+	struct {
+		uint32_t magic, status, pid, flags;
+		uint64_t nonce_addr;
+	} rep = { 0x4f524250u, 0, (uint32_t)getpid(), 1, (uint64_t)(uintptr_t)decoy };
+	struct reply r;
+	struct msg m;
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
+	uint32_t sidx;
+
+	memcpy(&sa.sin_addr.s_addr, C.e.gid.raw + 12, 4);
+	CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+	r = call(C_NEWQP, 0, (uint64_t)ntohs(sa.sin_port) << 8 | 1, RW, 0);
+	CHECK(r.v[2] == 0);
+	sidx = (uint32_t)r.v[1];
+	/* the server's first WR (a LOCAL_INV) makes its requester dial us */
+	memset(&m, 0, sizeof(m));
+	m.cmd = C_INV;
+	m.idx = sidx;
+	rv_send(C.fd, &m, sizeof(m));
+	fd = accept(lfd, NULL, NULL);
+	CHECK(fd >= 0 && rv_recv(fd, hello, sizeof(hello)) == 0);
+	memset(decoy, 0, sizeof(decoy));
+	if (copy_nonce)
+		memcpy(decoy, hello + 48, sizeof(decoy));
+	rv_send(fd, &rep, sizeof(rep));
+	CHECK(rv_recv(C.fd, &r, sizeof(r)) == 0);
+	r = call(C_PAYLOAD, sidx, 0, 0, 0);
+	out("{\"op\":\"rogue_responder\",\"nonce\":\"%s\",\"direct\":%lld,\"proof_failed\":%lld}",
+	    copy_nonce ? "copied" : "absent", (long long)r.v[0], (long long)r.v[1]);
+	close(fd);
+	close(lfd);
+	CHECK(call(C_DESTROYQP, sidx, 0, 0, 0).v[0] == 0);
+}
+
 static void sc_handshake(const char *what, int hello_ms)
 {
 	if (!strcmp(what, "silent"))
@@ -1555,6 +1608,10 @@ static void sc_handshake(const char *what, int hello_ms)
 		hs_destroy_pending();
 	else if (!strcmp(what, "overflow"))
 		hs_overflow(2, hello_ms);
+	else if (!strcmp(what, "rogue_responder")) {
+		hs_rogue_responder(0);
+		hs_rogue_responder(1);
+	}
 	else
 		CHECK(!"unknown handshake case");
 }

@@ -826,6 +826,14 @@ def test_the_payload_path_is_chosen_per_qp_and_logged_with_its_reason(build, hos
     assert logged and all(line.endswith(path["why"]) for line in logged), pair.stderr
 
 
+def test_a_responder_that_cannot_prove_its_pid_gets_no_single_copy(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "handshake", "rogue_responder", str(HELLO_MS))
+    got = {x["nonce"]: (x["direct"], x["proof_failed"]) for x in pair.ops("rogue_responder")}
+    # a socket answering "single copy, pid P" without P holding the hello's nonce: TCP, and why;
+    # the same answer with the nonce really there is taken (the proof is what decides)
+    assert got == {"absent": (0, 1), "copied": (1, 0)}
+
+
 # ---------------------------------------------------------- rogue handshakes --
 
 # The server's hello deadline in these tests (ORBITE_PROVIDER_HELLO_MS; 5000 by default).
