@@ -1,4 +1,4 @@
-"""Payload throughput of the loopback verbs provider against raw loopback TCP, side by side in one run.
+"""Payload throughput of the loopback verbs provider against raw loopback TCP and raw process_vm_readv, side by side.
 
     .venv/bin/python bench/bench_provider.py [--total BYTES] [--runs N] [--wait events|sleep|spin]
 
@@ -8,14 +8,19 @@ shared machine hits every variant alike:
 
 - raw TCP: one connection 127.0.2.10 -> 127.0.1.10, 1 MiB send()/recv() calls cycling through a
   32 MiB buffer on both sides, the receiver's one-byte answer after the last byte ends the clock;
-- the provider: an RC QP pair between the two fake hosts (two processes), 1 MiB and 4 MiB RDMA READs
-  and WRITEs, 8 WRs in flight, cycling through 32 MiB of registered memory, each WR's completion
-  only after its bytes landed (WRITE: acknowledged by the peer), the clock from the first post to
-  the last completion. The program waits for completions with the completion channel by default
-  (``--wait sleep``: polling with a 50 us sleep; ``spin``: busy polling, which takes a CPU away
-  from the data movers on a small machine).
+- raw process_vm_readv: one process copies out of another's 32 MiB buffer in 1 MiB calls (the floor
+  of the provider's single-copy path);
+- the provider, on its single-copy path (process_vm_readv/writev, what it chooses between two
+  processes of one user) and on its TCP path (``ORBITE_PROVIDER_PAYLOAD=tcp``): an RC QP pair
+  between the two fake hosts (two processes), 1 MiB and 4 MiB RDMA READs and WRITEs, 8 WRs in
+  flight, cycling through 32 MiB of registered memory, each WR's completion only after its bytes
+  landed (WRITE: acknowledged by the peer), the clock from the first post to the last completion.
+  The program waits for completions with the completion channel by default (``--wait sleep``:
+  polling with a 50 us sleep; ``spin``: busy polling, which takes a CPU away from the data movers
+  on a small machine).
 
-Prints the median MB/s of each variant and its ratio to raw TCP (goal >= 0.9 for 1 MiB+ messages).
+Prints the median MB/s of each variant and its ratios to raw TCP and raw process_vm_readv (goals at
+1 MiB: the single-copy path >= 0.8x process_vm_readv and never below TCP; the TCP path >= 0.9x TCP).
 Asserts nothing. Uses loopback addresses and ephemeral ports only: safe outside a network namespace.
 """
 
@@ -56,10 +61,21 @@ def run_tcp(build, total):
     return json.loads(out.stdout)["mb_per_s"]
 
 
-def run_provider(build, hosts, tmp, op, msg, total, wait):
+def run_pvm(build, total):
+    out = subprocess.run(
+        [str(build / "tests" / "pvm_bench"), str(1 << 20), str(total), str(SPAN)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(out.stdout)["mb_per_s"]
+
+
+def run_provider(build, hosts, tmp, op, msg, total, wait, payload):
     driver = str(build / "tests" / "prov_driver")
-    rendezvous = str(Path(tmp) / f"rv-{op}-{msg}")
-    base = dict(os.environ, LD_LIBRARY_PATH=str(build))
+    rendezvous = str(Path(tmp) / f"rv-{op}-{msg}-{payload}")
+    base = dict(os.environ, LD_LIBRARY_PATH=str(build), ORBITE_PROVIDER_PAYLOAD=payload)
     base.pop("LD_PRELOAD", None)
     server = subprocess.Popen(
         [driver, "server", rendezvous, "mlx5_0"],
@@ -103,27 +119,37 @@ def main():
         hosts = [Path(tmp) / "host-a", Path(tmp) / "host-b"]
         write_host(hosts[0], 0, "bench-a")
         write_host(hosts[1], 1, "bench-b")
-        variants = [("tcp", None, 1 << 20)] + [
-            (f"RDMA_{op} {msg >> 20} MiB", op, msg) for op in ("READ", "WRITE") for msg in (1 << 20, 4 << 20)
+        variants = [("tcp", None, 1 << 20, None), ("process_vm_readv", None, 1 << 20, None)] + [
+            (f"{path} RDMA_{op} {msg >> 20} MiB", op, msg, payload)
+            for payload, path in (("auto", "single-copy"), ("tcp", "TCP path"))
+            for op in ("READ", "WRITE")
+            for msg in (1 << 20, 4 << 20)
         ]
-        results = {name: [] for name, _, _ in variants}
+        results = {name: [] for name, *_ in variants}
         for _ in range(args.runs):
-            for name, op, msg in variants:
-                if op is None:
+            for name, op, msg, payload in variants:
+                if name == "tcp":
                     results[name].append(run_tcp(build, args.total))
+                elif name == "process_vm_readv":
+                    results[name].append(run_pvm(build, args.total))
                 else:
-                    results[name].append(run_provider(build, hosts, tmp, op, msg, args.total, args.wait))
+                    results[name].append(run_provider(build, hosts, tmp, op, msg, args.total, args.wait, payload))
         tcp = statistics.median(results["tcp"])
+        pvm = statistics.median(results["process_vm_readv"])
         print(
             f"payload throughput, {args.total >> 20} MiB per measurement, median of {args.runs}, "
             f"8 WRs in flight, completions by {args.wait}:"
         )
-        print(f"  {'raw loopback TCP (1 MiB calls)':34s} {tcp:9.1f} MB/s")
-        for name, op, _ in variants:
+        print(f"  {'raw loopback TCP (1 MiB calls)':42s} {tcp:9.1f} MB/s")
+        print(f"  {'raw process_vm_readv (1 MiB calls)':42s} {pvm:9.1f} MB/s  x{pvm / tcp:.2f} of TCP")
+        for name, op, *_ in variants:
             if op is None:
                 continue
             value = statistics.median(results[name])
-            print(f"  {'provider ' + name:34s} {value:9.1f} MB/s  x{value / tcp:.2f} of TCP")
+            print(
+                f"  {'provider ' + name:42s} {value:9.1f} MB/s  x{value / tcp:.2f} of TCP"
+                f"  x{value / pvm:.2f} of process_vm_readv"
+            )
     return 0
 
 

@@ -32,24 +32,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define HELLO_MAGIC 0x4f524250u /* "ORBP" */
-#define HELLO_VERSION 1
+#define HELLO_VERSION 2
+#define HELLO_DIRECT 1 /* hello.flags: the requester can move payload itself */
+#define REPLY_DIRECT 1 /* hello_reply.flags: ... and this responder lets it */
 #define DRAIN_MS 2000
-#define HELLO_MS 5000
 
 struct hello {
 	uint32_t magic;
 	uint16_t version;
 	uint8_t rnr_retry;
-	uint8_t reserved;
+	uint8_t flags;
 	uint8_t src_gid[16];
 	uint8_t dst_gid[16];
 	uint32_t src_qpn;
 	uint32_t dst_qpn;
+	uint8_t nonce[16];       /* with HELLO_DIRECT: random; the responder shows it back */
 };
 
 enum hello_status {
@@ -60,13 +63,20 @@ enum hello_status {
 	HS_WRONG_PEER,   /* the QP's AV names another GID/QPN */
 };
 
+/* With REPLY_DIRECT, pid is the responder's process and nonce_addr where it
+ * keeps the hello's nonce: reading it there proves the pid (a process that
+ * cannot write into another cannot make it hold a fresh random nonce). */
 struct hello_reply {
 	uint32_t magic;
 	uint32_t status;
+	uint32_t pid;
+	uint32_t flags;
+	uint64_t nonce_addr;
 };
 
-enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD };
+enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD, OP_SEND_INV, OP_DONE };
 #define REQ_SOLICITED 1
+#define REQ_DIRECT 2 /* the requester moves the payload itself: grant, then OP_DONE */
 
 struct req_hdr {
 	uint8_t op;
@@ -91,7 +101,7 @@ struct atomic_args {
  * host address behind an aligned iova. */
 static pthread_mutex_t atomic_lock = PTHREAD_MUTEX_INITIALIZER;
 
-enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR };
+enum { R_ACK, R_NAK_ACCESS, R_NAK_INV_REQ, R_NAK_OP, R_NAK_RNR, R_GRANT };
 
 struct resp_hdr {
 	uint8_t status;
@@ -321,6 +331,7 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_RDMA_READ;
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
 		return IBV_WC_SEND;
 	case IBV_WR_BIND_MW:
 		return IBV_WC_BIND_MW;
@@ -409,8 +420,10 @@ static void complete_send(struct pqp *q, struct swqe *e, enum ibv_wc_status stat
 	cq_push((struct pcq *)q->qp.send_cq, &s);
 }
 
+/* flags: 0, IBV_WC_WITH_IMM (imm is the immediate) or IBV_WC_WITH_INV (imm
+ * is the rkey the SEND invalidated). */
 static void complete_recv(struct pqp *q, const struct rwqe *r, enum ibv_wc_status status,
-			  enum ibv_wc_opcode op, uint64_t len, int with_imm, uint32_t imm,
+			  enum ibv_wc_opcode op, uint64_t len, unsigned int flags, uint32_t imm,
 			  int solicited)
 {
 	struct cqe_slot s;
@@ -425,8 +438,8 @@ static void complete_recv(struct pqp *q, const struct rwqe *r, enum ibv_wc_statu
 		s.wc.opcode = op;
 		s.wc.byte_len = (uint32_t)len;
 		s.wc.src_qp = q->dest_qpn;
-		if (with_imm) {
-			s.wc.wc_flags = IBV_WC_WITH_IMM;
+		if (flags) {
+			s.wc.wc_flags = flags;
 			s.wc.imm_data = imm;
 		}
 	} else {
@@ -483,7 +496,7 @@ void qp_set_error_locked(struct pqp *q, enum ibv_wc_status status)
 static int is_payload(enum ibv_wr_opcode op)
 {
 	return op == IBV_WR_RDMA_READ || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
-	       op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+	       op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV;
 }
 
 /* Queue one WR (q->lock held); 0 or the errno post_send returns. */
@@ -505,6 +518,7 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
 		break;
 	case IBV_WR_BIND_MW:
 		/* Type-2 windows through post_send, type 1 through ibv_bind_mw. */
@@ -514,7 +528,6 @@ static int post_one_locked(struct pqp *q, const struct ibv_send_wr *w, int type1
 		break;
 	case IBV_WR_LOCAL_INV:
 		break;
-	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_TSO:
 	case IBV_WR_DRIVER1:
 	case IBV_WR_ATOMIC_WRITE:
@@ -789,6 +802,14 @@ static void x_atomic_fetch_add(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t rad
 	x_atomic(qx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
 }
 
+static void x_send_inv(struct ibv_qp_ex *qx, uint32_t rkey)
+{
+	struct xwr *x = xb_new(xq(qx), IBV_WR_SEND_WITH_INV);
+
+	if (x)
+		x->wr.invalidate_rkey = rkey;
+}
+
 static void x_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
 	struct xwr *x = xb_new(xq(qx), IBV_WR_LOCAL_INV);
@@ -889,6 +910,8 @@ void qp_ex_init_ops(struct pqp *q, uint64_t ops)
 		x->wr_atomic_cmp_swp = x_atomic_cmp_swp;
 	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 		x->wr_atomic_fetch_add = x_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_SEND_WITH_INV)
+		x->wr_send_inv = x_send_inv;
 	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
 		x->wr_local_inv = x_local_inv;
 	if (ops & IBV_QP_EX_WITH_BIND_MW)
@@ -1154,6 +1177,46 @@ int dp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 /* ---------------------------------------------------- local operations -- */
 
+/* Invalidate the type-2 window behind rkey, bound and of q's PD (remote:
+ * bound through q too, as type 2B; MRs are not remotely invalidated, as
+ * for ibv_reg_mr memory on mlx5).  0, or -1 for a key that is none of
+ * those; c->lock held. */
+static int invalidate_locked(struct pqp *q, uint32_t rkey, int remote)
+{
+	struct pctx *c = q->c;
+	uint32_t idx = rkey >> 8;
+	struct keyent *k = idx && idx < c->nkeys ? &c->keys[idx] : NULL;
+	struct pmw *w;
+
+	if (!k || k->kind != KEY_MW || k->tag != (uint8_t)rkey)
+		return -1;
+	w = k->obj;
+	if (w->mw.type != IBV_MW_TYPE_2 || !w->bound || w->mw.pd != q->qp.pd || (remote && w->qp != q))
+		return -1;
+	if (w->mr)
+		w->mr->mw_bound--;
+	w->bound = 0;
+	w->mr = NULL;
+	w->qp = NULL;
+	return 0;
+}
+
+/* SEND_WITH_INV on the responder, once the payload landed: 0 or -1. */
+static int remote_invalidate(struct pqp *q, uint32_t rkey)
+{
+	int rc;
+
+	pthread_mutex_lock(&q->c->lock);
+	rc = invalidate_locked(q, rkey, 1);
+	pthread_mutex_unlock(&q->c->lock);
+	return rc;
+}
+
+static unsigned int recv_flags(int op)
+{
+	return op == OP_SEND_IMM ? IBV_WC_WITH_IMM : op == OP_SEND_INV ? IBV_WC_WITH_INV : 0;
+}
+
 /* Bind or invalidate a memory window (tx thread); 0 or IBV_WC_MW_BIND_ERR. */
 static enum ibv_wc_status local_op(struct pqp *q, struct swqe *e)
 {
@@ -1163,20 +1226,8 @@ static enum ibv_wc_status local_op(struct pqp *q, struct swqe *e)
 
 	pthread_mutex_lock(&c->lock);
 	if (e->opcode == IBV_WR_LOCAL_INV) {
-		uint32_t idx = e->inv_rkey >> 8;
-		struct keyent *k = idx && idx < c->nkeys ? &c->keys[idx] : NULL;
-
-		if (k && k->kind == KEY_MW && k->tag == (uint8_t)e->inv_rkey) {
-			w = k->obj;
-			if (w->mw.type == IBV_MW_TYPE_2 && w->bound && w->mw.pd == q->qp.pd) {
-				if (w->mr)
-					w->mr->mw_bound--;
-				w->bound = 0;
-				w->mr = NULL;
-				w->qp = NULL;
-				st = IBV_WC_SUCCESS;
-			}
-		}
+		if (invalidate_locked(q, e->inv_rkey, 0) == 0)
+			st = IBV_WC_SUCCESS;
 	} else {
 		struct pmr *mr = (struct pmr *)e->bind.mr;
 		uint32_t idx;
@@ -1280,14 +1331,77 @@ static int connect_once(struct pqp *q, uint32_t dip, uint16_t port, int ms)
 	return fd;
 }
 
+/* Say hello on fd and read the answer, which comes once the peer QP is in
+ * RTR; give up at the deadline or as soon as this QP leaves RTS.  0 (HS_OK),
+ * 1 when the peer closed without answering (its handshake slots were all
+ * busy: worth another try), -1 refused or given up. */
+static int hello_exchange(struct pqp *q, int fd, const struct hello *h, uint64_t deadline,
+			  struct hello_reply *reply)
+{
+	struct hello_reply r;
+	ssize_t n;
+
+	if (send_all(fd, h, sizeof(*h)))
+		return -1;
+	for (;;) {
+		int rc = wait_readable(fd, 100);
+
+		if (rc > 0)
+			break;
+		if (rc < 0 || now_ms() >= deadline || qstate(q) != IBV_QPS_RTS ||
+		    __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
+			return -1;
+	}
+	n = recv(fd, &r, sizeof(r), MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0 || (n < 0 && errno == ECONNRESET))
+		return 1;
+	if (recv_q(q, fd, &r, sizeof(r)) || r.magic != HELLO_MAGIC || r.status != HS_OK)
+		return -1;
+	*reply = r;
+	return 0;
+}
+
+/* The payload path of this connection: single copy only when offered,
+ * granted, and the peer's pid proven (it holds this hello's nonce where it
+ * said); else TCP.  The choice and its reason go to q->direct_why. */
+static void choose_payload_path(struct pqp *q, const struct hello *h, const struct hello_reply *r)
+{
+	uint8_t seen[sizeof(h->nonce)];
+	struct iovec local = { seen, sizeof(seen) };
+	struct iovec remote = { (void *)(uintptr_t)r->nonce_addr, sizeof(seen) };
+	char why[sizeof(q->direct_why)];
+	int direct = 0;
+
+	if (cfg.payload_tcp)
+		snprintf(why, sizeof(why), "tcp: ORBITE_PROVIDER_PAYLOAD=tcp");
+	else if (!(h->flags & HELLO_DIRECT))
+		snprintf(why, sizeof(why), "tcp: no random nonce to prove the peer's pid with");
+	else if (!(r->flags & REPLY_DIRECT))
+		snprintf(why, sizeof(why), "tcp: the peer keeps to TCP (its ORBITE_PROVIDER_PAYLOAD)");
+	else if (process_vm_readv((pid_t)r->pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(seen))
+		snprintf(why, sizeof(why), "tcp: process_vm_readv of pid %u: %s", r->pid, strerror(errno));
+	else if (memcmp(seen, h->nonce, sizeof(seen)))
+		snprintf(why, sizeof(why), "tcp: pid %u does not hold this hello's nonce", r->pid);
+	else {
+		snprintf(why, sizeof(why), "process_vm_readv/writev with pid %u", r->pid);
+		direct = 1;
+	}
+	pthread_mutex_lock(&q->lock);
+	q->direct = direct;
+	q->peer_pid = direct ? (int)r->pid : 0;
+	memcpy(q->direct_why, why, sizeof(why));
+	pthread_mutex_unlock(&q->lock);
+	if (cfg.payload_log)
+		prov_warn("QP %u -> QP %u: payload by %s", q->qp.qp_num, q->dest_qpn, why);
+}
+
 /* Connect to the peer QP named by the AV; the fd, or -1 (unreachable). */
 static int do_connect(struct pqp *q)
 {
 	uint64_t deadline = now_ms() + (uint64_t)transport_ms(q);
 	struct hello h;
-	struct hello_reply r;
 	uint32_t dip;
-	int fd;
+	int fd, rc;
 
 	if (!gid_ipv4(&q->dgid, &dip))
 		return -1; /* only IPv4-mapped GIDs are reachable here */
@@ -1299,40 +1413,30 @@ static int do_connect(struct pqp *q)
 	memcpy(h.dst_gid, q->dgid.raw, 16);
 	h.src_qpn = q->qp.qp_num;
 	h.dst_qpn = q->dest_qpn;
+	if (!cfg.payload_tcp && getrandom(h.nonce, sizeof(h.nonce), 0) == (ssize_t)sizeof(h.nonce))
+		h.flags = HELLO_DIRECT;
 	for (;;) {
+		struct hello_reply reply;
 		uint64_t now = now_ms();
 
 		if (now >= deadline || qstate(q) != IBV_QPS_RTS || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
 			return -1;
 		fd = connect_once(q, dip, (uint16_t)(q->dest_qpn >> 8), (int)(deadline - now));
-		if (fd >= 0)
-			break;
-		if (errno != ECONNREFUSED && errno != EAGAIN && errno != ETIMEDOUT)
-			return -1;
-		usleep(20000); /* nobody listens yet: retry, as the transport does */
-	}
-	if (send_all(fd, &h, sizeof(h))) {
-		close(fd);
-		return -1;
-	}
-	/* The peer answers once its QP is in RTR; give up with the budget, or
-	 * as soon as this QP leaves RTS. */
-	for (;;) {
-		int rc = wait_readable(fd, 100);
-
-		if (rc > 0)
-			break;
-		if (rc < 0 || now_ms() >= deadline || qstate(q) != IBV_QPS_RTS ||
-		    __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+		if (fd < 0) {
+			if (errno != ECONNREFUSED && errno != EAGAIN && errno != ETIMEDOUT)
+				return -1;
+		} else {
+			rc = hello_exchange(q, fd, &h, deadline, &reply);
+			if (rc == 0) {
+				choose_payload_path(q, &h, &reply);
+				return fd;
+			}
 			close(fd);
-			return -1;
+			if (rc < 0)
+				return -1;
 		}
+		usleep(20000); /* nobody listens, or answers, yet: retry, as the transport does */
 	}
-	if (recv_q(q, fd, &r, sizeof(r)) || r.magic != HELLO_MAGIC || r.status != HS_OK) {
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* ------------------------------------------------------------ requester -- */
@@ -1431,6 +1535,14 @@ static int tx_atomic(struct pqp *q, int fd, struct swqe *e)
 	return sendv_all(fd, iov, 2) ? TX_IOERR : TX_OK;
 }
 
+/* READ and WRITE (not inline) move by single copy when the connection has
+ * that path; every other opcode keeps to TCP. */
+static int direct_wr(struct pqp *q, const struct swqe *e)
+{
+	return q->direct && e->len && !(e->send_flags & IBV_SEND_INLINE) &&
+	       (e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_RDMA_WRITE);
+}
+
 static int tx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1463,16 +1575,25 @@ static int tx_one(struct pqp *q, int fd, struct swqe *e)
 	case IBV_WR_SEND:
 		h.op = OP_SEND;
 		break;
+	case IBV_WR_SEND_WITH_INV:
+		h.op = OP_SEND_INV;
+		break;
 	default:
 		h.op = OP_SEND_IMM;
 		break;
 	}
 	h.flags = (e->send_flags & IBV_SEND_SOLICITED) ? REQ_SOLICITED : 0;
-	h.rkey = e->rkey;
+	h.rkey = h.op == OP_SEND_INV ? e->inv_rkey : e->rkey;
 	h.raddr = e->raddr;
 	h.len = e->len;
 	h.imm = e->imm;
 	h.seq = (uint32_t)e->seq;
+	if (direct_wr(q, e)) {
+		/* Only the request: rx moves the bytes once the peer granted it. */
+		h.flags |= REQ_DIRECT;
+		release_sges(q, e->num_sge, mem);
+		return send_all(fd, &h, sizeof(h)) ? TX_IOERR : TX_OK;
+	}
 	if (h.op == OP_READ || e->len == 0 || e->stall_at == 0) {
 		if (send_all(fd, &h, sizeof(h))) {
 			release_sges(q, e->num_sge, mem);
@@ -1549,13 +1670,14 @@ static void *tx_main(void *arg)
 	qp_wake(q);
 	for (;;) {
 		struct swqe *e;
-		int r;
+		int r, direct;
 
 		while (!q->dead && q->qp.state == IBV_QPS_RTS && q->sq_tx == q->sq_head)
 			pthread_cond_wait(&q->txcv, &q->lock);
 		if (q->dead || q->qp.state != IBV_QPS_RTS)
 			break;
 		e = &q->sq[q->sq_tx % n];
+		direct = direct_wr(q, e);
 		pthread_mutex_unlock(&q->lock);
 		r = tx_one(q, fd, e);
 		pthread_mutex_lock(&q->lock);
@@ -1564,6 +1686,10 @@ static void *tx_main(void *arg)
 				   W_LOCAL_DONE : W_SENT;
 			q->sq_tx++;
 			qp_wake(q);
+			/* rx talks on the connection for a granted WR: nothing is
+			 * sent until it finished */
+			while (direct && !q->dead && q->qp.state == IBV_QPS_RTS && q->sq_rx < q->sq_tx)
+				pthread_cond_wait(&q->txcv, &q->lock);
 			continue;
 		}
 		if (r == TX_LOCAL_ERR) {
@@ -1626,6 +1752,104 @@ static int rx_atomic(struct pqp *q, int fd, struct swqe *e, const struct resp_hd
 	return RX_OK;
 }
 
+/* Whether the peer shut the connection (it sends nothing while a granted
+ * WR moves): its QP left RTS, as the TCP path sees at its next chunk. */
+static int peer_hung_up(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+
+	return poll(&p, 1, 0) != 0;
+}
+
+/* Bytes [off, off + n) of e's SGEs to or from the peer's memory at addr + off. */
+static int copy_piece(struct pqp *q, struct swqe *e, const struct memref *mem, uint64_t addr,
+		      uint64_t off, uint64_t n, int read)
+{
+	while (n) {
+		struct iovec local[32];
+		struct iovec remote = { (void *)(uintptr_t)(addr + off), (size_t)n };
+		int cnt = slice(e->sge, mem, e->num_sge, off, n, local, 32);
+		ssize_t r = read ? process_vm_readv((pid_t)q->peer_pid, local, (unsigned long)cnt, &remote, 1, 0) :
+				   process_vm_writev((pid_t)q->peer_pid, local, (unsigned long)cnt, &remote, 1, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1; /* the peer's memory or process went away */
+		off += (uint64_t)r;
+		n -= (uint64_t)r;
+	}
+	return 0;
+}
+
+static int send_done(int fd, const struct swqe *e, uint64_t moved)
+{
+	struct req_hdr d;
+
+	memset(&d, 0, sizeof(d));
+	d.op = OP_DONE;
+	d.seq = (uint32_t)e->seq;
+	d.len = moved;
+	return send_all(fd, &d, sizeof(d));
+}
+
+/* A granted READ or WRITE: the payload moves between this process's SGEs
+ * and the peer's memory at the granted address, piece by piece with the
+ * stall point and state checks of the TCP path; then OP_DONE with the bytes
+ * moved, and the peer's acknowledgement of a whole transfer. */
+static int rx_direct(struct pqp *q, int fd, struct swqe *e, const struct resp_hdr *h)
+{
+	int read = e->opcode == IBV_WR_RDMA_READ, rc = RX_OK;
+	struct memref mem[32];
+	struct resp_hdr ack;
+	uint64_t addr, done = 0;
+
+	if (recv_q(q, fd, &addr, sizeof(addr)))
+		return RX_IOERR;
+	if (h->len != e->len) {
+		e->status = IBV_WC_BAD_RESP_ERR;
+		return RX_NAK;
+	}
+	if (acquire_sges(q, e, read ? IBV_ACCESS_LOCAL_WRITE : 0, mem)) {
+		e->status = IBV_WC_LOC_PROT_ERR; /* the MR went away since the request left */
+		return send_done(fd, e, 0) ? RX_IOERR : RX_NAK;
+	}
+	while (done < e->len) {
+		uint64_t n;
+
+		if (done == e->stall_at)
+			stall_wait(q);
+		if (qstate(q) != IBV_QPS_RTS) {
+			rc = RX_ABORTED; /* what landed stays, the rest never will */
+			break;
+		}
+		n = piece_len(e, done);
+		if (peer_hung_up(fd) || copy_piece(q, e, mem, addr, done, n, read)) {
+			rc = RX_IOERR;
+			break;
+		}
+		done += n;
+		if (read)
+			stat_add(q->c, S_READ_BYTES_LANDED, n);
+		if (cfg.pace_us)
+			usleep((useconds_t)cfg.pace_us);
+	}
+	release_sges(q, e->num_sge, mem);
+	if (send_done(fd, e, done))
+		return RX_IOERR;
+	if (rc != RX_OK)
+		return rc;
+	if (recv_q(q, fd, &ack, sizeof(ack)))
+		return RX_IOERR;
+	if (ack.seq != (uint32_t)e->seq || ack.status != R_ACK) {
+		e->status = ack.status == R_ACK ? IBV_WC_BAD_RESP_ERR : nak_status(ack.status);
+		return RX_NAK;
+	}
+	if (!read)
+		stat_add(q->c, S_WRITE_BYTES_SENT, e->len);
+	return RX_OK;
+}
+
 static int rx_one(struct pqp *q, int fd, struct swqe *e)
 {
 	struct memref mem[32];
@@ -1638,6 +1862,8 @@ static int rx_one(struct pqp *q, int fd, struct swqe *e)
 		e->status = IBV_WC_BAD_RESP_ERR;
 		return RX_NAK;
 	}
+	if (h.status == R_GRANT && direct_wr(q, e))
+		return rx_direct(q, fd, e, &h);
 	if (h.status != R_ACK) {
 		e->status = nak_status(h.status);
 		return RX_NAK;
@@ -1758,6 +1984,8 @@ static void *rx_main(void *arg)
 		pthread_mutex_unlock(&q->lock);
 		r = rx_one(q, q->ofd, e);
 		pthread_mutex_lock(&q->lock);
+		if (q->direct)
+			pthread_cond_broadcast(&q->txcv); /* tx waits for a granted WR to end */
 		if (r == RX_OK) {
 			complete_send(q, e, IBV_WC_SUCCESS);
 			q->sq_rx++;
@@ -1978,6 +2206,39 @@ static int serve_atomic(struct pqp *q, int fd, const struct req_hdr *r)
 	return sendv_all(fd, iov, 2) ? -1 : 0;
 }
 
+/* A READ or WRITE the requester moves itself (REQ_DIRECT), its key, range
+ * and access checked: grant the range's address, wait for OP_DONE with the
+ * bytes moved (the memory held until then), count them, acknowledge a whole
+ * transfer.  0 served, -1 the connection ended or broke the protocol. */
+static int serve_direct(struct pqp *q, int fd, const struct req_hdr *r, struct memref *m)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)m->ptr;
+	struct resp_hdr h;
+	struct iovec iov[2] = { { &h, sizeof(h) }, { &addr, sizeof(addr) } };
+	struct req_hdr d;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	h.status = R_GRANT;
+	h.op = r->op;
+	h.seq = r->seq;
+	h.len = r->len;
+	rc = sendv_all(fd, iov, 2) || recv_all(fd, &d, sizeof(d));
+	mem_release(q->c, m);
+	if (rc || d.op != OP_DONE || d.seq != r->seq || d.len > r->len)
+		return -1;
+	stat_add(q->c, r->op == OP_READ ? S_READ_BYTES_SERVED : S_WRITE_BYTES_LANDED, d.len);
+	if (d.len < r->len)
+		return 0; /* stopped part way: the requester ends the connection */
+	return send_resp(fd, R_ACK, r, 0) ? -1 : 0;
+}
+
+/* Payload bytes that follow a request header on the connection. */
+static uint64_t wire_len(const struct req_hdr *r)
+{
+	return (r->flags & REQ_DIRECT) ? 0 : r->len;
+}
+
 /* Serve one connection; returns when it ends.  1 = a NAK was sent (class C
  * error: this QP is now in ERR and the caller drains the connection). */
 static int serve(struct pqp *q, int fd, int rnr_retry)
@@ -1997,6 +2258,11 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			    mem_acquire(c, q->qp.pd, q, r.rkey, r.raddr, r.len, IBV_ACCESS_REMOTE_READ, 1, &m)) {
 				send_resp(fd, R_NAK_ACCESS, &r, 0);
 				return 1;
+			}
+			if (r.flags & REQ_DIRECT) {
+				if (serve_direct(q, fd, &r, &m))
+					return 0;
+				break;
 			}
 			if (r.len == 0 && send_resp(fd, R_ACK, &r, 0)) {
 				mem_release(c, &m);
@@ -2042,9 +2308,14 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			access = IBV_ACCESS_REMOTE_WRITE;
 			if (!(__atomic_load_n(&q->access, __ATOMIC_ACQUIRE) & access) ||
 			    mem_acquire(c, q->qp.pd, q, r.rkey, r.raddr, r.len, access, 1, &m)) {
-				if (discard(fd, r.len) == 0)
+				if (discard(fd, wire_len(&r)) == 0)
 					send_resp(fd, R_NAK_ACCESS, &r, 0);
 				return 1;
+			}
+			if (r.op == OP_WRITE && (r.flags & REQ_DIRECT)) {
+				if (serve_direct(q, fd, &r, &m))
+					return 0;
+				break;
 			}
 			if (r.op == OP_WRITE_IMM && take_recv(q, rnr_retry, &rw, rs)) {
 				mem_release(c, &m);
@@ -2069,7 +2340,7 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			}
 			if (r.op == OP_WRITE_IMM) {
 				pthread_mutex_lock(&q->lock);
-				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.len, 1,
+				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.len, IBV_WC_WITH_IMM,
 					      r.imm, r.flags & REQ_SOLICITED);
 				pthread_mutex_unlock(&q->lock);
 			}
@@ -2078,7 +2349,8 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			break;
 		}
 		case OP_SEND:
-		case OP_SEND_IMM: {
+		case OP_SEND_IMM:
+		case OP_SEND_INV: {
 			struct rwqe rw;
 			struct ibv_sge rs[32];
 			struct memref mem[32];
@@ -2112,12 +2384,20 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			}
 			rc = land(q, fd, rs, mem, rw.num_sge, r.len);
 			release_sges(q, rw.num_sge, mem);
+			if (!rc && r.op == OP_SEND_INV && remote_invalidate(q, r.rkey)) {
+				/* as rxe: the receive fails, the requester gets the NAK */
+				pthread_mutex_lock(&q->lock);
+				complete_recv(q, &rw, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, 0, 0, 0);
+				pthread_mutex_unlock(&q->lock);
+				send_resp(fd, R_NAK_INV_REQ, &r, 0);
+				return 1;
+			}
 			pthread_mutex_lock(&q->lock);
 			if (rc)
 				complete_recv(q, &rw, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
 			else
-				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV, r.len, r.op == OP_SEND_IMM,
-					      r.imm, r.flags & REQ_SOLICITED);
+				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV, r.len, recv_flags(r.op),
+					      r.op == OP_SEND_INV ? r.rkey : r.imm, r.flags & REQ_SOLICITED);
 			pthread_mutex_unlock(&q->lock);
 			if (rc || send_resp(fd, R_ACK, &r, 0))
 				return 0;
@@ -2136,52 +2416,245 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 	}
 }
 
-/* Check an incoming connection against this QP; HS_OK or the reason. */
-static int handshake(struct pqp *q, int fd, int *rnr_retry)
-{
-	struct sockaddr_in local, peer;
-	socklen_t ll = sizeof(local), pl = sizeof(peer);
-	union ibv_gid dst, src;
-	struct hello h;
-	struct timespec ts;
-	uint32_t a;
-	uint64_t deadline;
-	int status = HS_OK;
+/* ------------------------------------------------------------ handshakes -- */
 
-	if (wait_readable(fd, HELLO_MS) <= 0 || recv_all(fd, &h, sizeof(h)) || h.magic != HELLO_MAGIC ||
-	    h.version != HELLO_VERSION)
+/* The responder never waits on one connection: it polls its listening
+ * sockets and every connection in handshake together, each under its own
+ * deadline (the whole hello within cfg.hello_ms of accept, then RTR within
+ * cfg.accept_ms), so a silent or slow peer delays no other one, and destroy
+ * always finds the thread in poll (wakefd) or serving (ifd). */
+
+_Static_assert(sizeof(struct hello) == HELLO_BYTES, "HELLO_BYTES is the hello's size");
+
+#define RTR_TICK_MS 50 /* how often a whole hello looks again at the QP's state */
+
+/* Close a handshake's connection; q->lock held, as qp_stop_all reads the slots. */
+static void hs_drop_locked(struct hs_conn *c)
+{
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void hs_drop(struct pqp *q, struct hs_conn *c)
+{
+	pthread_mutex_lock(&q->lock);
+	hs_drop_locked(c);
+	pthread_mutex_unlock(&q->lock);
+}
+
+static void hs_drop_all(struct pqp *q)
+{
+	int i;
+
+	pthread_mutex_lock(&q->lock);
+	for (i = 0; i < MAX_HANDSHAKES; i++)
+		if (q->hs[i].fd >= 0)
+			hs_drop_locked(&q->hs[i]);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* The answer fits the empty send buffer of a fresh socket: never waits. */
+static int hs_send(int fd, const struct hello_reply *rep)
+{
+	return send(fd, rep, sizeof(*rep), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*rep) ? 0 : -1;
+}
+
+static int hs_reply(int fd, int status)
+{
+	struct hello_reply rep = { .magic = HELLO_MAGIC, .status = (uint32_t)status };
+
+	return hs_send(fd, &rep);
+}
+
+/* HS_OK, granting the single-copy path when the hello offers it: the
+ * nonce kept where the requester can read it (q->lock held). */
+static int hs_accept_hello_locked(struct pqp *q, int fd, const struct hello *h)
+{
+	struct hello_reply rep = { .magic = HELLO_MAGIC, .status = HS_OK };
+
+	if (!cfg.payload_tcp && (h->flags & HELLO_DIRECT)) {
+		memcpy(q->peer_nonce, h->nonce, sizeof(q->peer_nonce));
+		rep.flags = REPLY_DIRECT;
+		rep.pid = (uint32_t)getpid();
+		rep.nonce_addr = (uint64_t)(uintptr_t)q->peer_nonce;
+	}
+	return hs_send(fd, &rep);
+}
+
+/* Take every connection waiting on lfd: each into a free slot with the
+ * hello's deadline, or closed at once when all slots are busy (the
+ * requester behind it retries within its transport budget). */
+static void hs_accept(struct pqp *q, int lfd)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), i;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				usleep(10000); /* out of descriptors: poll would spin */
+			return;
+		}
+		pthread_mutex_lock(&q->lock);
+		for (i = 0; i < MAX_HANDSHAKES && q->hs[i].fd >= 0; i++)
+			;
+		if (i == MAX_HANDSHAKES || q->dead) {
+			pthread_mutex_unlock(&q->lock);
+			close(fd);
+			continue;
+		}
+		q->hs[i].fd = fd;
+		q->hs[i].got = 0;
+		q->hs[i].deadline = now_ms() + (uint64_t)cfg.hello_ms;
+		pthread_mutex_unlock(&q->lock);
+		set_nodelay(fd);
+	}
+}
+
+/* What the hello itself says, before the QP's state matters: HS_OK, the
+ * reason to refuse, or -1 for no hello of this provider. */
+static int hello_check(struct pqp *q, int fd, const struct hello *h)
+{
+	struct sockaddr_in local;
+	socklen_t ll = sizeof(local);
+	union ibv_gid dst;
+	uint32_t a;
+
+	if (h->magic != HELLO_MAGIC || h->version != HELLO_VERSION)
 		return -1;
-	memcpy(dst.raw, h.dst_gid, 16);
-	memcpy(src.raw, h.src_gid, 16);
-	*rnr_retry = h.rnr_retry;
-	if (h.dst_qpn != q->qp.qp_num)
+	if (h->dst_qpn != q->qp.qp_num)
 		return HS_NO_QP;
 	/* The GID it dialled must be the address it reached. */
-	getsockname(fd, (struct sockaddr *)&local, &ll);
-	if (!gid_ipv4(&dst, &a) || a != local.sin_addr.s_addr)
+	memcpy(dst.raw, h->dst_gid, 16);
+	if (getsockname(fd, (struct sockaddr *)&local, &ll) || !gid_ipv4(&dst, &a) ||
+	    a != local.sin_addr.s_addr)
 		return HS_NOT_MY_GID;
-	/* A request reaching a QP before RTR is dropped and retried. */
-	deadline = now_ms() + (uint64_t)cfg.accept_ms;
-	pthread_mutex_lock(&q->lock);
-	while (!q->dead && q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
-		struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	return HS_OK;
+}
 
-		if (now_ms() >= deadline || poll(&p, 1, 0) > 0) {
-			status = HS_NOT_READY;
-			break;
+/* In RTR or RTS: is the hello from the peer the QP's AV names (its QPN, its
+ * GID, and that GID's address as the socket's source)?  q->lock held. */
+static int hello_peer_locked(struct pqp *q, int fd, const struct hello *h)
+{
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof(peer);
+	union ibv_gid src;
+	uint32_t a;
+
+	memcpy(src.raw, h->src_gid, 16);
+	if (h->src_qpn != q->dest_qpn || memcmp(src.raw, q->dgid.raw, 16))
+		return HS_WRONG_PEER;
+	if (gid_ipv4(&src, &a) && (getpeername(fd, (struct sockaddr *)&peer, &pl) || peer.sin_addr.s_addr != a))
+		return HS_WRONG_PEER;
+	return HS_OK;
+}
+
+/* Read what came of the hello; once whole, check it and give it the RTR
+ * deadline.  0 while the handshake goes on, -1 when it was dropped. */
+static int hs_read(struct pqp *q, struct hs_conn *c, short revents)
+{
+	struct hello h;
+	ssize_t n;
+	int st;
+
+	if (revents & (POLLIN | POLLHUP | POLLERR)) {
+		n = recv(c->fd, c->hello + c->got, (size_t)(HELLO_BYTES - c->got), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			hs_drop(q, c);
+			return -1;
 		}
-		abstime_in(&ts, 50);
-		pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+		if (n > 0)
+			c->got += (int)n;
 	}
+	if (c->got < HELLO_BYTES) {
+		if (now_ms() < c->deadline)
+			return 0;
+		hs_drop(q, c); /* the whole hello, or nothing, by the deadline */
+		return -1;
+	}
+	memcpy(&h, c->hello, sizeof(h));
+	st = hello_check(q, c->fd, &h);
+	if (st != HS_OK) {
+		if (st > 0)
+			hs_reply(c->fd, st);
+		hs_drop(q, c);
+		return -1;
+	}
+	c->deadline = now_ms() + (uint64_t)cfg.accept_ms;
+	return 0;
+}
+
+/* A whole hello: answer it once the QP is in RTR or RTS (a request reaching
+ * a QP before RTR is dropped and retried: HS_NOT_READY at the deadline or
+ * when the peer gives up).  The fd handed over to ifd, to serve, or -1. */
+static int hs_answer(struct pqp *q, struct hs_conn *c, short revents, int *rnr_retry)
+{
+	struct hello h;
+	int st, fd = -1;
+
+	memcpy(&h, c->hello, sizeof(h));
+	pthread_mutex_lock(&q->lock);
 	if (q->dead)
-		status = HS_NOT_READY;
-	if (status == HS_OK && (h.src_qpn != q->dest_qpn || memcmp(src.raw, q->dgid.raw, 16)))
-		status = HS_WRONG_PEER;
+		st = HS_NOT_READY;
+	else if (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)
+		st = hello_peer_locked(q, c->fd, &h);
+	else if (now_ms() >= c->deadline || (revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		st = HS_NOT_READY;
+	else {
+		pthread_mutex_unlock(&q->lock);
+		return -1;
+	}
+	if (st == HS_OK && hs_accept_hello_locked(q, c->fd, &h) == 0) {
+		fd = c->fd;
+		c->fd = -1;
+		q->ifd = fd; /* published: ERR and destroy shut it down */
+		*rnr_retry = h.rnr_retry;
+	} else {
+		if (st != HS_OK)
+			hs_reply(c->fd, st);
+		hs_drop_locked(c);
+	}
 	pthread_mutex_unlock(&q->lock);
-	if (status == HS_OK && gid_ipv4(&src, &a) &&
-	    (getpeername(fd, (struct sockaddr *)&peer, &pl) || peer.sin_addr.s_addr != a))
-		status = HS_WRONG_PEER;
-	return status;
+	return fd;
+}
+
+/* Move one handshake on after poll: the connection to serve, or -1. */
+static int hs_step(struct pqp *q, struct hs_conn *c, short revents, int *rnr_retry)
+{
+	if (c->got < HELLO_BYTES && (hs_read(q, c, revents) || c->got < HELLO_BYTES))
+		return -1;
+	return hs_answer(q, c, revents, rnr_retry);
+}
+
+/* The poll set: listening sockets, wakefd, every handshake (slot[i]: its
+ * entry or -1); *timeout until the nearest deadline. */
+static nfds_t hs_pollset(struct pqp *q, struct pollfd *p, int *slot, int *timeout)
+{
+	uint64_t now = now_ms();
+	nfds_t n = 0;
+	int i;
+
+	*timeout = -1;
+	for (i = 0; i < q->nlfd; i++)
+		p[n++] = (struct pollfd){ .fd = q->lfd[i], .events = POLLIN };
+	p[n++] = (struct pollfd){ .fd = q->wakefd, .events = POLLIN };
+	for (i = 0; i < MAX_HANDSHAKES; i++) {
+		struct hs_conn *c = &q->hs[i];
+		int whole = c->got == HELLO_BYTES, ms;
+
+		slot[i] = -1;
+		if (c->fd < 0)
+			continue;
+		slot[i] = (int)n;
+		p[n++] = (struct pollfd){ .fd = c->fd, .events = (short)(whole ? POLLRDHUP : POLLIN | POLLRDHUP) };
+		ms = c->deadline > now ? (int)(c->deadline - now) : 0;
+		if (whole && ms > RTR_TICK_MS)
+			ms = RTR_TICK_MS;
+		if (*timeout < 0 || ms < *timeout)
+			*timeout = ms;
+	}
+	return n;
 }
 
 /* After a NAK the requester moves to ERR and closes its side: read until
@@ -2202,62 +2675,49 @@ static void drain_until_closed(struct pqp *q, int fd)
 	}
 }
 
+/* Serve one connection until it ends; a NAK moves the QP to ERR. */
+static void serve_connection(struct pqp *q, int fd, int rnr)
+{
+	int nak = serve(q, fd, rnr);
+
+	pthread_mutex_lock(&q->lock);
+	q->ifd = -1;
+	if (nak)
+		qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR); /* class C: both QPs */
+	pthread_mutex_unlock(&q->lock);
+	if (nak)
+		drain_until_closed(q, fd);
+	close(fd);
+}
+
 static void *resp_main(void *arg)
 {
 	struct pqp *q = arg;
-	struct pollfd p[MAX_LISTEN + 1];
+	struct pollfd p[MAX_LISTEN + 1 + MAX_HANDSHAKES];
+	int slot[MAX_HANDSHAKES];
 	int i;
 
-	for (;;) {
-		int fd = -1, rnr = 7, st, nak;
-		struct hello_reply rep = { HELLO_MAGIC, 0 };
+	while (!__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+		int fd = -1, rnr = 7, timeout;
+		nfds_t n = hs_pollset(q, p, slot, &timeout);
 
-		for (i = 0; i < q->nlfd; i++) {
-			p[i].fd = q->lfd[i];
-			p[i].events = POLLIN;
-			p[i].revents = 0;
-		}
-		p[q->nlfd].fd = q->wakefd;
-		p[q->nlfd].events = POLLIN;
-		p[q->nlfd].revents = 0;
-		if (poll(p, (nfds_t)q->nlfd + 1, -1) < 0 && errno != EINTR)
+		if (poll(p, n, timeout) < 0 && errno != EINTR)
 			break;
 		if (__atomic_load_n(&q->dead, __ATOMIC_ACQUIRE))
 			break;
-		for (i = 0; i < q->nlfd && fd < 0; i++)
+		for (i = 0; i < MAX_HANDSHAKES && fd < 0; i++)
+			if (q->hs[i].fd >= 0)
+				fd = hs_step(q, &q->hs[i], slot[i] >= 0 ? p[slot[i]].revents : 0, &rnr);
+		if (fd >= 0) {
+			hs_drop_all(q); /* one peer at a time: the others are refused */
+			serve_connection(q, fd, rnr);
+			continue;
+		}
+		for (i = 0; i < q->nlfd; i++)
 			if (p[i].revents & POLLIN)
-				fd = accept4(q->lfd[i], NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		set_nodelay(fd);
-		st = handshake(q, fd, &rnr);
-		if (st < 0) {
-			close(fd);
-			continue;
-		}
-		rep.status = (uint32_t)st;
-		if (send_all(fd, &rep, sizeof(rep)) || st != HS_OK) {
-			close(fd);
-			continue;
-		}
-		pthread_mutex_lock(&q->lock);
-		if (q->dead || !(q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS)) {
-			pthread_mutex_unlock(&q->lock);
-			close(fd);
-			continue;
-		}
-		q->ifd = fd; /* published: ERR and destroy shut it down */
-		pthread_mutex_unlock(&q->lock);
-		nak = serve(q, fd, rnr);
-		pthread_mutex_lock(&q->lock);
-		q->ifd = -1;
-		if (nak)
-			qp_set_error_locked(q, IBV_WC_WR_FLUSH_ERR); /* class C: both QPs */
-		pthread_mutex_unlock(&q->lock);
-		if (nak)
-			drain_until_closed(q, fd);
-		close(fd);
+				hs_accept(q, q->lfd[i]);
 	}
+	hs_drop_all(q);
 	return NULL;
 }
 
@@ -2269,6 +2729,7 @@ int qp_start_responder(struct pqp *q)
 void qp_stop_all(struct pqp *q)
 {
 	uint64_t one = 1;
+	int i;
 
 	pthread_mutex_lock(&q->lock);
 	__atomic_store_n(&q->dead, 1, __ATOMIC_RELEASE);
@@ -2276,6 +2737,9 @@ void qp_stop_all(struct pqp *q)
 		shutdown(q->ifd, SHUT_RDWR);
 	if (q->ofd >= 0)
 		shutdown(q->ofd, SHUT_RDWR);
+	for (i = 0; i < MAX_HANDSHAKES; i++)
+		if (q->hs[i].fd >= 0)
+			shutdown(q->hs[i].fd, SHUT_RDWR);
 	qp_wake(q);
 	pthread_mutex_unlock(&q->lock);
 	if (write(q->wakefd, &one, sizeof(one)) < 0)
@@ -2285,6 +2749,21 @@ void qp_stop_all(struct pqp *q)
 }
 
 /* ------------------------------------------------------------ exported -- */
+
+PROV_EXPORT int orbite_provider_qp_payload(struct ibv_qp *qp, char *why, size_t len)
+{
+	struct pqp *q = (struct pqp *)qp;
+	int rc;
+
+	if (!qp)
+		return -1;
+	pthread_mutex_lock(&q->lock);
+	rc = q->connected ? q->direct : -1;
+	if (why && len)
+		snprintf(why, len, "%s", rc < 0 ? "not connected" : q->direct_why);
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
 
 PROV_EXPORT int orbite_provider_qp_stall(struct ibv_qp *qp, uint64_t bytes, long max_ms)
 {

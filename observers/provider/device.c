@@ -134,6 +134,20 @@ static long env_long(const char *name, long dflt, long min, long max)
 	return v;
 }
 
+/* ORBITE_PROVIDER_PAYLOAD: "auto" (the single-copy path where the kernel
+ * allows it) or "tcp"; 1 for tcp. */
+static int payload_env_tcp(void)
+{
+	const char *s = getenv("ORBITE_PROVIDER_PAYLOAD");
+
+	if (!s || !*s || !strcmp(s, "auto"))
+		return 0;
+	if (!strcmp(s, "tcp"))
+		return 1;
+	prov_warn("ORBITE_PROVIDER_PAYLOAD=%s is not auto or tcp: using auto", s);
+	return 0;
+}
+
 static void config_read(void)
 {
 	const char *root = getenv("ORBITE_PROVIDER_ROOT");
@@ -156,6 +170,9 @@ static void config_read(void)
 	cfg.pace_us = env_long("ORBITE_PROVIDER_PACE_US", 0, 0, 10L * 1000 * 1000);
 	cfg.stall_ms = env_long("ORBITE_PROVIDER_STALL_MS", 10000, 1, 3600L * 1000);
 	cfg.accept_ms = env_long("ORBITE_PROVIDER_ACCEPT_MS", 30000, 1, 3600L * 1000);
+	cfg.hello_ms = env_long("ORBITE_PROVIDER_HELLO_MS", 5000, 100, 60L * 1000);
+	cfg.payload_tcp = payload_env_tcp();
+	cfg.payload_log = env_long("ORBITE_PROVIDER_PAYLOAD_LOG", 0, 0, 1) == 1;
 	cfg.stall_skip = -1;
 	if (stall && *stall) {
 		unsigned long long skip, bytes;

@@ -910,12 +910,14 @@ static int qp_listen(struct pqp *q)
 		for (i = 0; i < n && !retry; i++) {
 			struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = addrs[i],
 						  .sin_port = htons(port) };
-			int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			/* non-blocking: the responder takes whatever is there, never waits;
+			 * a burst of connections waits in the backlog, not as dropped SYNs */
+			int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 			socklen_t sl = sizeof(sa);
 
 			if (fd < 0)
 				break;
-			if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 8)) {
+			if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 64)) {
 				int err = errno;
 
 				close(fd);
@@ -1005,6 +1007,8 @@ static struct ibv_qp *qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	pthread_mutex_init(&q->qp.mutex, NULL);
 	pthread_cond_init(&q->qp.cond, NULL);
 	q->ofd = q->ifd = q->wakefd = -1;
+	for (i = 0; i < MAX_HANDSHAKES; i++)
+		q->hs[i].fd = -1;
 	if (!q->sq || !q->sge_pool || !q->inl_pool || !q->rq || !q->rsge_pool) {
 		free_qp_mem(q);
 		errno = ENOMEM;
@@ -1079,10 +1083,11 @@ PROV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_a
 }
 
 /* The send_ops_flags the model serves on RC (mlx5 serves these and more:
- * SEND_WITH_INV, TSO and ATOMIC_WRITE are not modelled). */
+ * TSO and ATOMIC_WRITE are not modelled). */
 #define QP_EX_SEND_OPS                                                                        \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |  \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ | \
+	 IBV_QP_EX_WITH_LOCAL_INV |                                                             \
 	 IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                          \
 	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 /* The comp_mask bits mlx5 knows; of them only PD, CREATE_FLAGS (no flag)

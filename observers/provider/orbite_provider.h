@@ -14,6 +14,11 @@
 extern "C" {
 #endif
 
+/* Connections a QP's responder holds in handshake at once (each until its
+ * whole hello came, within ORBITE_PROVIDER_HELLO_MS of accept); one more is
+ * closed at once, and the requester behind it retries. */
+#define ORBITE_PROVIDER_MAX_HANDSHAKES 8
+
 /* Objects currently held by this process: "ctx", "pd", "mr", "mw", "cq",
  * "channel", "qp", "srq"; -1 for an unknown kind.  A destroy that failed (EIO from
  * the uverbs descriptor, EBUSY) leaves the object counted. */
@@ -49,6 +54,12 @@ long orbite_provider_qp_outstanding(struct ibv_qp *qp);
  * MW whose dereg/dealloc failed still answers (a real provider query after
  * the engine dropped its handles). */
 long orbite_provider_key_query(struct ibv_context *ctx, uint32_t key, const char *what);
+
+/* How qp's READ and WRITE payload moves to and from its peer: 1 single copy
+ * (process_vm_readv/writev, the peer's process proven at the hello), 0 TCP,
+ * -1 no QP or not connected yet (the first WR connects); why (len bytes, may
+ * be NULL) gets the reason of the choice. */
+int orbite_provider_qp_payload(struct ibv_qp *qp, char *why, size_t len);
 
 /* The inline verbs of <infiniband/verbs.h>, exported (ctypes cannot inline). */
 int orbite_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);

@@ -48,6 +48,9 @@ struct prov_config {
 	uint64_t stall_bytes;
 	long stall_ms;           /* ORBITE_PROVIDER_STALL_MS */
 	long accept_ms;          /* how long an incoming connection waits for RTR */
+	long hello_ms;           /* ORBITE_PROVIDER_HELLO_MS: the whole hello, from accept */
+	int payload_tcp;         /* ORBITE_PROVIDER_PAYLOAD=tcp: never the single-copy path */
+	int payload_log;         /* ORBITE_PROVIDER_PAYLOAD_LOG=1: each QP's path on stderr */
 	int cmd_style;           /* ORBITE_PROVIDER_CMD: 0 ioctl, 1 write, 2 invoke_write */
 };
 extern struct prov_config cfg;
@@ -265,6 +268,16 @@ int rq_ring_alloc(uint32_t n, uint32_t nsge, struct rwqe **rq, struct ibv_sge **
 int dp_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 
 #define MAX_LISTEN 8
+#define MAX_HANDSHAKES ORBITE_PROVIDER_MAX_HANDSHAKES
+#define HELLO_BYTES 64 /* sizeof(struct hello), datapath.c */
+
+/* A connection a QP's responder accepted whose hello is not checked yet. */
+struct hs_conn {
+	int fd;                  /* -1: free slot */
+	int got;                 /* bytes of the hello read so far */
+	uint64_t deadline;       /* now_ms: the whole hello by then, then RTR by then */
+	uint8_t hello[HELLO_BYTES];
+};
 
 /* Limits of a QP (ibv_create_qp answers EINVAL beyond them). */
 #define MAX_WR 32768
@@ -328,11 +341,17 @@ struct pqp {
 	int wakefd;              /* eventfd: wakes the responder on destroy */
 	/* outgoing connection (requester role) */
 	int ofd;
+	int direct;              /* READ/WRITE payload by process_vm_readv/writev (else TCP) */
+	char direct_why[96];     /* why that path (orbite_provider_qp_payload) */
+	int peer_pid;            /* with direct: the peer's process, proven at the hello */
+	uint8_t peer_nonce[16];  /* responder: the nonce of the hello served, its proof of pid */
 	int tx_running, rx_running, tx_stopped, connected, conn_failed;
 	int req_threads;         /* 0, 1 (tx) or 2 (tx and rx) to join */
 	uint64_t err_ms;         /* when it entered ERR (now_ms) */
 	pthread_t tx, rx;
-	/* incoming connection (responder role) */
+	/* incoming connections (responder role): the ones in handshake, then
+	 * the one served; each is the QP's, so ERR and destroy reach it */
+	struct hs_conn hs[MAX_HANDSHAKES];
 	int ifd;
 	pthread_t resp;
 	int dead;                /* being destroyed */

@@ -257,18 +257,25 @@ static inline int poll1(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 	}
 }
 
+/* A WR of one SGE; the caller fills in its opcode's own fields. */
+static inline void wr_one(struct ibv_send_wr *wr, struct ibv_sge *sge, uint64_t wr_id, enum ibv_wr_opcode op,
+			  unsigned int flags)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = wr_id;
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+	wr->opcode = op;
+	wr->send_flags = flags;
+}
+
 static inline int post_rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id, void *laddr,
 			    uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, unsigned int flags)
 {
 	struct ibv_sge sge = { (uintptr_t)laddr, len, lkey };
 	struct ibv_send_wr wr, *bad = NULL;
 
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = flags;
+	wr_one(&wr, &sge, wr_id, op, flags);
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	return ibv_post_send(qp, &wr, &bad);

@@ -9,7 +9,8 @@
  *   prov_driver client <rendezvous> <device> <scenario> [arg]
  *
  * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
- * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq, and
+ * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq,
+ * handshake <silent|trickle|destroy|overflow|rogue_responder> <the server's hello deadline, ms>, and
  * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
  * (how the program waits for completions: busy polling, polling with a
  * 50 us sleep when the CQ is empty, or the completion channel; messages
@@ -30,7 +31,7 @@
 
 enum cmd {
 	C_HELLO = 1, C_NEWQP, C_FILL, C_SENT, C_CHECK, C_CHECKPART, C_QPSTATE, C_POSTRECV,
-	C_POLL, C_MW, C_INV, C_COUNTERS, C_HELD, C_DESTROYQP, C_BYE,
+	C_POLL, C_MW, C_INV, C_COUNTERS, C_HELD, C_DESTROYQP, C_PAYLOAD, C_BYE,
 };
 
 struct msg {
@@ -208,7 +209,9 @@ static void server(const char *path, const char *dev)
 				r.v[1] = wc.status;
 				r.v[2] = wc.opcode;
 				r.v[3] = wc.byte_len;
-				r.v[4] = (int64_t)ntohl(wc.imm_data);
+				/* the invalidated rkey shares imm_data's place, in host order */
+				r.v[4] = (wc.wc_flags & IBV_WC_WITH_INV) ? (int64_t)wc.invalidated_rkey :
+									  (int64_t)ntohl(wc.imm_data);
 				r.v[5] = wc.wc_flags;
 				r.v[6] = (int64_t)wc.wr_id;
 				r.v[7] = wc.src_qp;
@@ -252,6 +255,13 @@ static void server(const char *path, const char *dev)
 			for (i = 0; i < 7; i++)
 				r.v[i] = orbite_provider_held(held_kinds[i]);
 			break;
+		case C_PAYLOAD: {
+			char why[128];
+
+			r.v[0] = orbite_provider_qp_payload(S.qp[m.idx], why, sizeof(why));
+			r.v[1] = strstr(why, "does not hold this hello's nonce") != NULL;
+			break;
+		}
 		case C_DESTROYQP:
 			r.v[0] = ibv_destroy_qp(S.qp[m.idx]);
 			S.qp[m.idx] = NULL;
@@ -315,6 +325,7 @@ static struct reply call(uint32_t cmd, uint32_t idx, uint64_t a, uint64_t b, uin
 struct pair {
 	struct ibv_qp *qp;
 	uint32_t sidx;
+	uint32_t sqpn; /* the server QP's number */
 };
 
 /* A client QP connected to a fresh server QP with `server_access`. */
@@ -327,7 +338,8 @@ static struct pair pair_new(uint32_t max_send_wr, int server_access)
 	r = call(C_NEWQP, 0, p.qp->qp_num, (uint64_t)server_access, 0);
 	CHECK(r.v[2] == 0);
 	p.sidx = (uint32_t)r.v[1];
-	CHECK(qp_connect(&C.e, p.qp, &C.sgid, (uint32_t)r.v[0], RW) == 0);
+	p.sqpn = (uint32_t)r.v[0];
+	CHECK(qp_connect(&C.e, p.qp, &C.sgid, p.sqpn, RW) == 0);
 	return p;
 }
 
@@ -399,6 +411,15 @@ static void check_remote(uint64_t off, uint64_t len, uint32_t seed)
 	struct reply r = call(C_CHECK, 0, off, len, seed);
 
 	CHECK(r.v[0] == 0 && r.v[1] == 0);
+}
+
+/* The payload path the provider chose for qp's connection, and why. */
+static void report_payload(struct ibv_qp *qp)
+{
+	char why[128];
+	int direct = orbite_provider_qp_payload(qp, why, sizeof(why));
+
+	out("{\"op\":\"payload\",\"direct\":%d,\"why\":\"%s\"}", direct, why);
 }
 
 static void sc_rw(void)
@@ -582,6 +603,7 @@ static void sc_rw(void)
 	    (unsigned long long)write_total, orbite_provider_ctx_counter(C.e.ctx, "read_bytes_landed"),
 	    orbite_provider_ctx_counter(C.e.ctx, "write_bytes_sent"), (long long)r.v[4],
 	    (long long)r.v[5], (long long)r.v[6], (long long)r.v[7]);
+	report_payload(p.qp);
 	pair_free(&p);
 }
 
@@ -716,7 +738,8 @@ static void sc_errors(void)
 	r = call(C_NEWQP, 0, p.qp->qp_num, RW, 0);
 	CHECK(r.v[2] == 0);
 	p.sidx = (uint32_t)r.v[1];
-	CHECK(qp_connect(&C.e, p.qp, &C.sgid, (uint32_t)r.v[0], RW) == 0);
+	p.sqpn = (uint32_t)r.v[0];
+	CHECK(qp_connect(&C.e, p.qp, &C.sgid, p.sqpn, RW) == 0);
 	call(C_FILL, 0, 0, 4096, 21);
 	memset(C.buf, SENT_C, 8192);
 	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 3, 0, 4096, C.raddr, C.rkey, NULL) == 0);
@@ -1292,6 +1315,65 @@ static void sc_observe(void)
 
 /* ------------------------------------------------------------------ mw -- */
 
+/* The server QP's state once the NAK it sent had its effect (it moves to
+ * ERR just after sending it): RTS for at most 2 s. */
+static int server_state_after_nak(struct pair *p)
+{
+	uint64_t end = mono_ms() + 2000;
+	int st;
+
+	while ((st = (int)call(C_QPSTATE, p->sidx, 0, 0, 0).v[0]) == IBV_QPS_RTS && mono_ms() < end)
+		usleep(1000);
+	return st;
+}
+
+/* SEND_WITH_INV of n bytes naming rkey: the requester's status. */
+static int send_inv(struct ibv_qp *qp, uint64_t wr_id, uint32_t n, uint32_t rkey)
+{
+	struct ibv_sge sge = { (uintptr_t)C.buf, n, C.mr->lkey };
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+
+	wr_one(&wr, &sge, wr_id, IBV_WR_SEND_WITH_INV, IBV_SEND_SIGNALED);
+	wr.invalidate_rkey = rkey;
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0);
+	CHECK(poll1(C.e.cq, &wc, 20000) && wc.wr_id == wr_id);
+	return wc.status;
+}
+
+/* Remote invalidation: a SEND_WITH_INV naming the server's type-2 window
+ * (bound through the QP it arrives on) kills the key, and the receive says
+ * so; naming an MR's key is refused (both QPs to ERR). */
+static void mw_send_inv(void)
+{
+	struct pair pp = pair_new(16, RW), *p = &pp;
+	struct reply r = call(C_MW, p->sidx, 2, 0, 65536), got;
+	uint32_t rk = (uint32_t)r.v[0];
+	struct ibv_wc wc;
+	int st, after;
+
+	CHECK(r.v[1] == IBV_WC_SUCCESS);
+	CHECK(rdma1(p->qp, IBV_WR_RDMA_READ, 6, 0, 4096, C.raddr, rk, NULL) == 0);
+	CHECK(call(C_POSTRECV, p->sidx, 1 << 20, 64, 1).v[0] == 0);
+	st = send_inv(p->qp, 7, 16, rk);
+	got = call(C_POLL, 0, 0, 5000, 0);
+	CHECK(got.v[0] == 1);
+	after = rdma1(p->qp, IBV_WR_RDMA_READ, 8, 0, 4096, C.raddr, rk, &wc);
+	out("{\"op\":\"send_inv\",\"status\":%d,\"recv_status\":%lld,\"recv_opcode\":%lld,"
+	    "\"byte_len\":%lld,\"with_inv\":%d,\"rkey_match\":%d,\"after\":%d}",
+	    st, (long long)got.v[1], (long long)got.v[2], (long long)got.v[3],
+	    (got.v[5] & IBV_WC_WITH_INV) != 0, got.v[4] == (int64_t)rk, after);
+	pair_free(p);
+	*p = pair_new(16, RW);
+	CHECK(call(C_POSTRECV, p->sidx, 1 << 20, 64, 1).v[0] == 0);
+	st = send_inv(p->qp, 9, 16, C.rkey);
+	got = call(C_POLL, 0, 0, 5000, 0);
+	out("{\"op\":\"send_inv_mr\",\"status\":%d,\"recv_status\":%lld,\"client_state\":%d,"
+	    "\"server_state\":%d}",
+	    st, got.v[0] == 1 ? (long long)got.v[1] : -1LL, qp_state(p->qp), server_state_after_nak(p));
+	pair_free(p);
+}
+
 static void sc_mw(void)
 {
 	struct pair p = pair_new(16, RW), p2;
@@ -1329,6 +1411,209 @@ static void sc_mw(void)
 	out("{\"op\":\"mw\",\"type\":2,\"after_invalidate\":%d}", wc.status);
 	pair_free(&p);
 	pair_free(&p2);
+	mw_send_inv();
+}
+
+/* ----------------------------------------------------------- handshake -- */
+
+/* A rogue local peer: a plain TCP connection to the server QP's listening
+ * socket (its GID's address, port QPN >> 8), never a verbs QP. */
+static int rogue_connect(uint32_t server_qpn)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)(server_qpn >> 8)) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	CHECK(fd >= 0);
+	memcpy(&sa.sin_addr.s_addr, C.sgid.raw + 12, 4);
+	CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	return fd;
+}
+
+/* Whether the responder has closed fd (EOF or reset), waiting up to ms. */
+static int closed_by_peer(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char b;
+
+	if (poll(&p, 1, ms) <= 0)
+		return 0;
+	return recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* The first 63 of the hello's 64 bytes as the provider would send them:
+ * magic "ORBP", version 2. */
+static const uint8_t hello_prefix[63] = { 0x50, 0x42, 0x52, 0x4f, 0x02, 0x00, 0x07 };
+
+/* Silent connections opened before the real peer's first WR: the WR is not
+ * held up by them, and each is closed at its hello deadline. */
+static void hs_silent(int silent, int hello_ms)
+{
+	struct pair p = pair_new(4, RW);
+	int fds[16], i, closed = 0;
+	uint64_t t0;
+
+	CHECK(silent <= 16);
+	for (i = 0; i < silent; i++)
+		fds[i] = rogue_connect(p.sqpn);
+	usleep(200000); /* accepted before the real peer dials */
+	t0 = mono_ms();
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 1, 0, 4096, C.raddr, C.rkey, NULL) == IBV_WC_SUCCESS);
+	out("{\"op\":\"hs_silent\",\"silent\":%d,\"first_wr_ms\":%llu}", silent,
+	    (unsigned long long)(mono_ms() - t0));
+	for (i = 0; i < silent; i++) {
+		closed += closed_by_peer(fds[i], hello_ms + 2000);
+		close(fds[i]);
+	}
+	out("{\"op\":\"hs_silent_closed\",\"closed\":%d}", closed);
+	pair_free(&p);
+}
+
+/* One byte of the hello every 100 ms, never the whole: when does the
+ * responder close it, counted from the connect (-1: not within 3x the
+ * deadline)? */
+static void hs_trickle(int hello_ms)
+{
+	struct pair p = pair_new(4, RW);
+	int fd = rogue_connect(p.sqpn);
+	uint64_t t0 = mono_ms(), limit = t0 + 3 * (uint64_t)hello_ms;
+	long closed_ms = -1;
+	size_t sent = 0;
+
+	while (mono_ms() < limit) {
+		if (sent < sizeof(hello_prefix) &&
+		    send(fd, hello_prefix + sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
+			sent++;
+		if (closed_by_peer(fd, 100)) {
+			closed_ms = (long)(mono_ms() - t0);
+			break;
+		}
+	}
+	close(fd);
+	out("{\"op\":\"hs_trickle\",\"sent\":%zu,\"closed_ms\":%ld}", sent, closed_ms);
+	pair_free(&p);
+}
+
+/* ibv_destroy_qp on the server while a half-sent hello is pending there:
+ * how long the destroy takes (-1: not within 3 s; the rogue then hangs up
+ * so the scenario can end). */
+static void hs_destroy_pending(void)
+{
+	struct ibv_qp *qp = qp_new(&C.e, 4, 4);
+	struct reply r = call(C_NEWQP, 0, qp->qp_num, RW, 0);
+	int fd = rogue_connect((uint32_t)r.v[0]);
+	struct pollfd pfd = { .fd = C.fd, .events = POLLIN };
+	struct msg m;
+	long destroy_ms = -1;
+	uint64_t t0;
+
+	CHECK(r.v[2] == 0);
+	CHECK(send(fd, hello_prefix, 20, MSG_NOSIGNAL) == 20);
+	usleep(300000); /* the responder has taken the connection and its first bytes */
+	memset(&m, 0, sizeof(m));
+	m.cmd = C_DESTROYQP;
+	m.idx = (uint32_t)r.v[1];
+	t0 = mono_ms();
+	rv_send(C.fd, &m, sizeof(m));
+	if (poll(&pfd, 1, 3000) == 1)
+		destroy_ms = (long)(mono_ms() - t0);
+	close(fd);
+	CHECK(rv_recv(C.fd, &r, sizeof(r)) == 0);
+	out("{\"op\":\"hs_destroy_pending\",\"rc\":%lld,\"destroy_ms\":%ld}", (long long)r.v[0], destroy_ms);
+	CHECK(ibv_destroy_qp(qp) == 0);
+}
+
+/* More connections than handshake slots: the ones beyond are closed at
+ * once, those in the slots stay until their deadline, and the real peer
+ * gets through (its requester retries). */
+static void hs_overflow(int extra, int hello_ms)
+{
+	struct pair p = pair_new(4, RW);
+	int n = ORBITE_PROVIDER_MAX_HANDSHAKES + extra, fds[ORBITE_PROVIDER_MAX_HANDSHAKES + 8], i;
+	int closed_at_once = 0, closed_later = 0;
+	uint64_t t0;
+
+	CHECK(extra <= 8);
+	for (i = 0; i < n; i++) {
+		fds[i] = rogue_connect(p.sqpn);
+		usleep(20000); /* one by one: the kernel's accept queue never overflows */
+	}
+	usleep(100000);
+	for (i = 0; i < n; i++)
+		closed_at_once += closed_by_peer(fds[i], 0);
+	t0 = mono_ms();
+	CHECK(rdma1(p.qp, IBV_WR_RDMA_READ, 1, 0, 4096, C.raddr, C.rkey, NULL) == IBV_WC_SUCCESS);
+	out("{\"op\":\"hs_overflow\",\"connections\":%d,\"closed_at_once\":%d,\"first_wr_ms\":%llu}", n,
+	    closed_at_once, (unsigned long long)(mono_ms() - t0));
+	for (i = 0; i < n; i++) {
+		closed_later += closed_by_peer(fds[i], hello_ms + 2000);
+		close(fds[i]);
+	}
+	out("{\"op\":\"hs_overflow_closed\",\"closed\":%d}", closed_later);
+	pair_free(&p);
+}
+
+/* A rogue responder: a plain socket on this host's GID address answers the
+ * server QP's hello with "single copy, pid <this process>, the nonce is at
+ * <decoy>".  With the decoy left as it is the server must keep to TCP (the
+ * proof failed); with the hello's nonce copied there (what only a process
+ * that is that pid, or can write into it, can do) it takes the single copy. */
+static void hs_rogue_responder(int copy_nonce)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	static uint8_t decoy[16];
+	uint8_t hello[64];
+	struct {
+		uint32_t magic, status, pid, flags;
+		uint64_t nonce_addr;
+	} rep = { 0x4f524250u, 0, (uint32_t)getpid(), 1, (uint64_t)(uintptr_t)decoy };
+	struct reply r;
+	struct msg m;
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
+	uint32_t sidx;
+
+	memcpy(&sa.sin_addr.s_addr, C.e.gid.raw + 12, 4);
+	CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+	r = call(C_NEWQP, 0, (uint64_t)ntohs(sa.sin_port) << 8 | 1, RW, 0);
+	CHECK(r.v[2] == 0);
+	sidx = (uint32_t)r.v[1];
+	/* the server's first WR (a LOCAL_INV) makes its requester dial us */
+	memset(&m, 0, sizeof(m));
+	m.cmd = C_INV;
+	m.idx = sidx;
+	rv_send(C.fd, &m, sizeof(m));
+	fd = accept(lfd, NULL, NULL);
+	CHECK(fd >= 0 && rv_recv(fd, hello, sizeof(hello)) == 0);
+	memset(decoy, 0, sizeof(decoy));
+	if (copy_nonce)
+		memcpy(decoy, hello + 48, sizeof(decoy));
+	rv_send(fd, &rep, sizeof(rep));
+	CHECK(rv_recv(C.fd, &r, sizeof(r)) == 0);
+	r = call(C_PAYLOAD, sidx, 0, 0, 0);
+	out("{\"op\":\"rogue_responder\",\"nonce\":\"%s\",\"direct\":%lld,\"proof_failed\":%lld}",
+	    copy_nonce ? "copied" : "absent", (long long)r.v[0], (long long)r.v[1]);
+	close(fd);
+	close(lfd);
+	CHECK(call(C_DESTROYQP, sidx, 0, 0, 0).v[0] == 0);
+}
+
+static void sc_handshake(const char *what, int hello_ms)
+{
+	if (!strcmp(what, "silent"))
+		hs_silent(3, hello_ms);
+	else if (!strcmp(what, "trickle"))
+		hs_trickle(hello_ms);
+	else if (!strcmp(what, "destroy"))
+		hs_destroy_pending();
+	else if (!strcmp(what, "overflow"))
+		hs_overflow(2, hello_ms);
+	else if (!strcmp(what, "rogue_responder")) {
+		hs_rogue_responder(0);
+		hs_rogue_responder(1);
+	}
+	else
+		CHECK(!"unknown handshake case");
 }
 
 /* --------------------------------------------------------------- bench -- */
@@ -1640,7 +1925,7 @@ static void sc_ext_post(void)
 	int i, rc, ok;
 
 	/* what the model cannot serve is refused as rdma-core with mlx5 refuses it */
-	xrefused("send_with_inv", PD_SEND, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV);
+	xrefused("atomic_write", PD_SEND, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE);
 	xrefused("tso", PD_SEND, IBV_QP_EX_WITH_TSO);
 	xrefused("no_pd", IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_EX_WITH_SEND);
 	xrefused("unknown_mask", PD_SEND | (1u << 20), IBV_QP_EX_WITH_SEND);
@@ -1803,12 +2088,7 @@ static int post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id,
 	struct ibv_sge sge = { (uintptr_t)laddr, 8, lkey };
 	struct ibv_send_wr wr, *bad;
 
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED;
+	wr_one(&wr, &sge, wr_id, op, IBV_SEND_SIGNALED);
 	wr.wr.atomic.remote_addr = raddr;
 	wr.wr.atomic.rkey = rkey;
 	wr.wr.atomic.compare_add = compare_add;
@@ -1900,10 +2180,10 @@ static void sc_atomics(void)
 		memset(&wr, 0, sizeof(wr));
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
-		wr.opcode = IBV_WR_SEND_WITH_INV;
-		rc = ibv_post_send(x.a, &wr, &bad);
 		wr.opcode = IBV_WR_ATOMIC_WRITE;
-		out("{\"op\":\"not_modelled\",\"send_with_inv\":%d,\"atomic_write\":%d}", rc,
+		rc = ibv_post_send(x.a, &wr, &bad);
+		wr.opcode = IBV_WR_TSO;
+		out("{\"op\":\"not_modelled\",\"atomic_write\":%d,\"tso\":%d}", rc,
 		    ibv_post_send(x.a, &wr, &bad));
 	}
 	xpair_free(&x);
@@ -2233,6 +2513,8 @@ int main(int argc, char **argv)
 		sc_ext_post();
 	else if (!strcmp(sc, "ext_cq"))
 		sc_ext_cq();
+	else if (!strcmp(sc, "handshake") && argc > 6)
+		sc_handshake(argv[5], atoi(argv[6]));
 	else if (!strcmp(sc, "bench") && argc > 10)
 		sc_bench(argv + 5);
 	else

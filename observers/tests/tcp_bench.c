@@ -20,19 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DIE(what)                      \
-	do {                           \
-		perror(what);          \
-		exit(3);               \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "bench_common.h"
 
 int main(int argc, char **argv)
 {
@@ -46,10 +34,7 @@ int main(int argc, char **argv)
 
 	if (argc != 6)
 		return fprintf(stderr, "usage: %s <src ip> <dst ip> <msg> <total> <span>\n", argv[0]), 2;
-	msg = strtoull(argv[3], NULL, 10);
-	total = strtoull(argv[4], NULL, 10);
-	span = strtoull(argv[5], NULL, 10);
-	if (!msg || total < msg || span < msg || inet_pton(AF_INET, argv[1], &src.sin_addr) != 1 ||
+	if (bench_sizes(argv + 3, &msg, &total, &span) || inet_pton(AF_INET, argv[1], &src.sin_addr) != 1 ||
 	    inet_pton(AF_INET, argv[2], &dst.sin_addr) != 1)
 		return fprintf(stderr, "bad arguments\n"), 2;
 	span -= span % msg;
@@ -104,10 +89,7 @@ int main(int argc, char **argv)
 	dt = now() - t0;
 	close(fd);
 	waitpid(pid, &status, 0);
-	printf("{\"op\":\"tcp\",\"msg\":%llu,\"bytes\":%llu,\"span\":%llu,\"seconds\":%.6f,"
-	       "\"mb_per_s\":%.1f}\n",
-	       (unsigned long long)msg, (unsigned long long)total, (unsigned long long)span, dt,
-	       (double)total / dt / 1e6);
+	bench_report("tcp", msg, total, span, dt);
 	free(buf);
 	return status == 0 ? 0 : 3;
 }

@@ -461,8 +461,17 @@ def test_real_pyverbs_extended_verbs_on_the_provider(plain, hosts):
 # ------------------------------------------------------------ data movement --
 
 
-def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_path):
-    pair = run_pair(build, hosts, tmp_path, "rw")
+def _payload_env(payload):
+    return {"ORBITE_PROVIDER_PAYLOAD": payload}
+
+
+@pytest.mark.parametrize("payload", ["auto", "tcp"])
+def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_path, payload):
+    env = _payload_env(payload)
+    pair = run_pair(build, hosts, tmp_path, "rw", client_env=env, server_env=env)
+    # auto: the two fake hosts' processes (same user) reach each other's memory: single copy
+    path = pair.one("payload")
+    assert path["direct"] == (payload == "auto"), path
     sizes = [1, 4096, (1 << 20) + 3, 8 << 20, 32 << 20]
     assert [x["size"] for x in pair.ops("read")] == sizes
     assert [x["size"] for x in pair.ops("write")] == sizes
@@ -482,8 +491,10 @@ def test_read_and_write_are_byte_exact_between_two_processes(build, hosts, tmp_p
 ACCESS_CASES = ("bad_rkey", "out_of_bounds", "mr_no_remote_read", "mr_no_remote_write", "qp_no_remote_write")
 
 
-def test_keys_bounds_and_access_flags_are_checked(build, hosts, tmp_path):
-    pair = run_pair(build, hosts, tmp_path, "errors")
+@pytest.mark.parametrize("payload", ["auto", "tcp"])
+def test_keys_bounds_and_access_flags_are_checked(build, hosts, tmp_path, payload):
+    env = _payload_env(payload)
+    pair = run_pair(build, hosts, tmp_path, "errors", client_env=env, server_env=env)
     for case in ACCESS_CASES:
         # the responder refuses: REM_ACCESS_ERR, the WR behind it flushed, both QPs in ERR (as rxe)
         assert pair.one("error_case", case=case) == {
@@ -535,6 +546,26 @@ def test_memory_windows_type_1_and_2(build, hosts, tmp_path):
     own = [x for x in pair.ops("mw") if x["type"] == 2]
     assert own[0] == {"op": "mw", "type": 2, "own_qp": SUCCESS, "other_qp": REM_ACCESS_ERR}
     assert own[1] == {"op": "mw", "type": 2, "after_invalidate": REM_ACCESS_ERR}
+    # SEND_WITH_INV naming the peer's type-2 window: the SEND lands, the receive carries
+    # IBV_WC_WITH_INV and the key, and the key is dead for the next READ
+    assert pair.one("send_inv") == {
+        "op": "send_inv",
+        "status": SUCCESS,
+        "recv_status": SUCCESS,
+        "recv_opcode": WC_RECV,
+        "byte_len": 16,
+        "with_inv": 1,
+        "rkey_match": 1,
+        "after": REM_ACCESS_ERR,
+    }
+    # naming an MR's key (not remotely invalidable): refused on both sides, both QPs in ERR (as rxe)
+    assert pair.one("send_inv_mr") == {
+        "op": "send_inv_mr",
+        "status": REM_INV_REQ_ERR,
+        "recv_status": REM_INV_REQ_ERR,
+        "client_state": QPS_ERR,
+        "server_state": QPS_ERR,
+    }
 
 
 # ----------------------------------------------------------- extended verbs --
@@ -569,7 +600,7 @@ def test_extended_post_goes_through_the_same_checks_and_queue(build, hosts, tmp_
     pair = run_pair(build, hosts, tmp_path, "ext_post")
     refused = {x["what"]: (x["null"], x["errno"]) for x in pair.ops("qp_ex_refused")}
     assert refused == {
-        "send_with_inv": (1, EOPNOTSUPP),  # not modelled
+        "atomic_write": (1, EOPNOTSUPP),  # not modelled
         "tso": (1, EOPNOTSUPP),
         "no_pd": (1, EINVAL),  # an RC QP needs its PD
         "unknown_mask": (1, EINVAL),
@@ -619,7 +650,7 @@ def test_rc_atomics(build, hosts, tmp_path):
     assert values["orig"] == [5, 9, 9, 100, 200]
     assert values["remote"] == [9 + 0x100000001, 222]
     assert values["around"] == 0  # 8 bytes each, nothing else touched
-    assert pair.one("not_modelled") == {"op": "not_modelled", "send_with_inv": EOPNOTSUPP, "atomic_write": EOPNOTSUPP}
+    assert pair.one("not_modelled") == {"op": "not_modelled", "atomic_write": EOPNOTSUPP, "tso": EOPNOTSUPP}
     assert pair.one("atomic_errors") == {
         "op": "atomic_errors",
         "misaligned": REM_INV_REQ_ERR,
@@ -778,11 +809,84 @@ def test_unselected_destroys_reach_the_provider(build, hosts, tmp_path):
     assert (kinds.count("pd"), kinds.count("cq"), kinds.count("mw")) == (5, 3, 2)
 
 
+@pytest.mark.parametrize(
+    ("client", "server", "why"),
+    [
+        ("auto", "auto", "process_vm_readv/writev with pid "),
+        ("tcp", "auto", "tcp: ORBITE_PROVIDER_PAYLOAD=tcp"),
+        ("auto", "tcp", "tcp: the peer keeps to TCP (its ORBITE_PROVIDER_PAYLOAD)"),
+    ],
+)
+def test_the_payload_path_is_chosen_per_qp_and_logged_with_its_reason(build, hosts, tmp_path, client, server, why):
+    cenv = {**_payload_env(client), "ORBITE_PROVIDER_PAYLOAD_LOG": "1"}
+    pair = run_pair(build, hosts, tmp_path, "rw", client_env=cenv, server_env=_payload_env(server))
+    path = pair.one("payload")
+    assert path["direct"] == (client == server == "auto") and path["why"].startswith(why), path
+    logged = [line for line in pair.stderr.splitlines() if "payload by" in line]
+    assert logged and all(line.endswith(path["why"]) for line in logged), pair.stderr
+
+
+def test_a_responder_that_cannot_prove_its_pid_gets_no_single_copy(build, hosts, tmp_path):
+    pair = run_pair(build, hosts, tmp_path, "handshake", "rogue_responder", str(HELLO_MS))
+    got = {x["nonce"]: (x["direct"], x["proof_failed"]) for x in pair.ops("rogue_responder")}
+    # a socket answering "single copy, pid P" without P holding the hello's nonce: TCP, and why;
+    # the same answer with the nonce really there is taken (the proof is what decides)
+    assert got == {"absent": (0, 1), "copied": (1, 0)}
+
+
+# ---------------------------------------------------------- rogue handshakes --
+
+# The server's hello deadline in these tests (ORBITE_PROVIDER_HELLO_MS; 5000 by default).
+HELLO_MS = 1000
+MAX_HANDSHAKES = 8  # ORBITE_PROVIDER_MAX_HANDSHAKES, orbite_provider.h
+
+
+def _handshake(build, hosts, tmp_path, case):
+    server_env = {"ORBITE_PROVIDER_HELLO_MS": str(HELLO_MS)}
+    return run_pair(build, hosts, tmp_path, "handshake", case, str(HELLO_MS), server_env=server_env)
+
+
+def test_silent_connections_do_not_delay_the_real_peer(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "silent")
+    # three silent TCP connections reached the QP's responder first; the real peer's first WR
+    # does not wait for any of them (a blocking accept loop would hold it a hello deadline each)
+    assert pair.one("hs_silent")["first_wr_ms"] < HELLO_MS
+    # and none is left open once the QP serves its peer
+    assert pair.one("hs_silent_closed")["closed"] == 3
+
+
+def test_the_whole_hello_has_one_deadline_from_accept(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "trickle")
+    got = pair.one("hs_trickle")
+    # one byte every 100 ms keeps the connection busy but never makes a hello: it is closed at
+    # the deadline counted from accept, while bytes were still coming
+    assert HELLO_MS - 100 <= got["closed_ms"] <= HELLO_MS + 1000, got
+    assert got["sent"] < 63
+
+
+def test_destroy_qp_ends_promptly_with_a_half_sent_hello_pending(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "destroy")
+    got = pair.one("hs_destroy_pending")
+    assert got["rc"] == 0 and 0 <= got["destroy_ms"] < 1000, got
+
+
+def test_connections_beyond_the_handshake_slots_are_closed_at_once(build, hosts, tmp_path):
+    pair = _handshake(build, hosts, tmp_path, "overflow")
+    got = pair.one("hs_overflow")
+    assert got["connections"] == MAX_HANDSHAKES + 2
+    assert got["closed_at_once"] == 2
+    # the real peer's requester, refused while the slots were full, got in once they expired
+    assert got["first_wr_ms"] < HELLO_MS + 1500
+    assert pair.one("hs_overflow_closed")["closed"] == MAX_HANDSHAKES + 2
+
+
 # ---------------------------------------------------------- partial copies --
 
 
-def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, tmp_path):
-    pair = run_pair(build, hosts, tmp_path, "partial")
+@pytest.mark.parametrize("payload", ["auto", "tcp"])
+def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, tmp_path, payload):
+    env = _payload_env(payload)
+    pair = run_pair(build, hosts, tmp_path, "partial", client_env=env, server_env=env)
     for opcode, length, stall in (("RDMA_READ", 4 << 20, (1 << 20) + 12345), ("RDMA_WRITE", 16 << 20, (5 << 20) + 7)):
         got = pair.one("partial", opcode=opcode)
         # flushed; exactly the bytes before the stall landed, the rest and every other byte untouched
