@@ -48,6 +48,7 @@ DEFECTS = (
     "wrong_slicing",
     "stale_input",
     "exceed_sq_depth",
+    "understate_sq_depth",
     "single_rail",
     "serial_parents",
 )

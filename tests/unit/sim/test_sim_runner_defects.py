@@ -184,6 +184,9 @@ CASES = {
     "exceed_sq_depth": (small("read"), "exceed_sq_depth",
                         [r"requester\.qps", rf"requester\.{RN}\.qp_usage\.max_inflight", r"observer\.max_inflight"],
                         [r"requester\.qps", rf"requester\.{RN}\.qp_usage\.max_inflight", r"observer\.max_inflight"]),
+    # requester.py: understated (QPs of 9 send WRs, 9 posted, each QP record and maximum stating 8)
+    "understate_sq_depth": (small("read"), "understate_sq_depth", [r"observer\.max_inflight"],
+                            [r"observer\.max_(inflight|parents)", rf"requester\.{RN}\.qp_usage\.max_parents"]),
     # requester.py placement: rails[:1]
     "single_rail": (small("read"), "single_rail",
                     [r"requester\.r1\.p1\.placement", r"requester\.r1\.counters\.public"],

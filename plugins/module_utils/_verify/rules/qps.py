@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
     MAX_PROBLEMS_SHOWN,
     each_ledger,
@@ -102,6 +102,56 @@ def check_sq_depth(case):
                             {"expected": f"<= {depth}", "observed": usage["max_inflight_wrs"]},
                         )
                     )
+    return problems
+
+
+def _in_flight_by_order(columns):
+    """{qpn: (most WRs, most distinct parents) in flight at once} of one round's WR columns, replayed in
+    the engine's own process-wide order of posts and reaped completions (``posted_seq``, ``completed_seq``;
+    a WR never completed stays in flight)."""
+    steps = [(seq, 1, qpn, parent) for seq, qpn, parent in zip(columns["posted_seq"], columns["qpn"],
+                                                             columns["parent"])]
+    steps += [(seq, -1, qpn, parent) for seq, qpn, parent in zip(columns["completed_seq"], columns["qpn"],
+                                                              columns["parent"]) if seq is not None]
+    steps.sort(key=lambda step: (step[0], -step[1]))
+    wrs, per_parent, parents, most = defaultdict(int), defaultdict(int), defaultdict(int), {}
+    for _seq, delta, qpn, parent in steps:
+        wrs[qpn] += delta
+        held = per_parent[(qpn, parent)]
+        per_parent[(qpn, parent)] = held + delta
+        if (delta, held) in ((1, 0), (-1, 1)):
+            parents[qpn] += delta
+        top = most.get(qpn, (0, 0))
+        most[qpn] = (max(top[0], wrs[qpn]), max(top[1], parents[qpn]))
+    return most
+
+
+@applies("installed-host and installed-rail-accounting (rounds of plain transfers)")
+def plain_rounds(profile, _workload):
+    return profile["mode"] in ("installed-host", "installed-rail-accounting")
+
+
+@rule("qps.inflight_order", "qps",
+      "per round and QP, the payload WRs and distinct parents in flight at once, replayed from the requester's own "
+      "order of posts and completions (`posted_seq`, `completed_seq`), are at most eight WRs and are the maxima "
+      "the engine states (`qp_usage`)",
+      witness=("profile", "runner"), applies=plain_rounds, after=("qps.sq_depth",))
+def check_inflight_order(case):
+    """Where no observer runs (installed-host) the engine's stated maxima are its word alone: they are
+    recomputed from the order it recorded, which a send queue deeper than stated shows."""
+    problems = []
+    depth = case.workload["send_queue_depth"]
+    for _role, generation, rnd, where in rounds(case, ("requester",)):
+        replayed = _in_flight_by_order(rnd["wrs"])
+        stated = {u["qpn"]: (u["max_inflight_wrs"], u["max_outstanding_parents"]) for u in rnd["qp_usage"]}
+        over = {qpn: most[0] for qpn, most in replayed.items() if most[0] > depth}
+        differing = {qpn: (stated.get(qpn), most) for qpn, most in replayed.items() if stated.get(qpn) != most}
+        if over or differing:
+            problems.append((f"requester g{generation} round {rnd['round']}: replayed from its post and completion "
+                             f"order, payload WRs in flight over {depth}: {over}; stated (WRs, parents) in flight "
+                             f"vs replayed: {dict(list(differing.items())[:MAX_PROBLEMS_SHOWN])}",
+                             f"{where}.wrs",
+                             {"expected": f"<= {depth} per QP, as stated", "observed": over or differing}))
     return problems
 
 
