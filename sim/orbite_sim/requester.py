@@ -675,7 +675,8 @@ class RequesterEngine(Engine):
         queues = collections.OrderedDict()
         for qp in self.live_qps.values():
             queues[qp] = collections.deque()
-        serial = "serial_parents" in self.defects
+        # serial_round_two: the defect of serial_parents in round 2 only (rounds 1 and 3 concurrent)
+        serial = "serial_parents" in self.defects or ("serial_round_two" in self.defects and round_no == 2)
         by_qp = collections.defaultdict(list)
         for p in parents:
             by_qp[self.live_qps[(p["rail"], p["lane"])]].append(p)

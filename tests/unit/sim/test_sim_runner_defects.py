@@ -193,6 +193,9 @@ CASES = {
                     [rf"{R}\.{RN}\.(p\d+\.placement|wrs|qp_usage.*|counters\.(public|native))",
                      r"observer\.max_(inflight|parents)"]),
     # requester.py transfer: the serial order and the "one parent in flight" break
+    # requester.py transfer: serial in round 2 only (the whole run's maxima unchanged)
+    "serial_round_two": (small("read"), "serial_round_two", [r"requester\.r2\.qp_usage\.max_parents"],
+                         [r"requester\.r2\.qp_usage\.max_(parents|inflight)"]),
     "serial_parents": (small("read"), "serial_parents",
                        [rf"requester\.{RN}\.qp_usage\.max_parents", r"observer\.max_parents"],
                        # one parent's slices (4) are all a QP can then have in flight

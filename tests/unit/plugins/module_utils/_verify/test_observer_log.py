@@ -219,7 +219,8 @@ def test_fast_path_equals_the_walk(tmp_path, seed, fmt, monkeypatch):
     fast, walked = _replays(tmp_path, events, ledger, fmt, monkeypatch, healthy=True)
     assert _figures(fast) == _figures(walked)
     assert fast.unjoined == [] and fast.joined_count == fast.accepted_count == 30
-    assert set(fast.max_wrs.values()) <= set(range(1, 9)) and max(fast.max_parents.values()) >= 2
+    assert set(fast.max_wrs.values()) <= set(range(1, 9))
+    assert max(most.get(1, 0) for most in fast.max_parents.values()) >= 2  # {round: most}, per QP
 
 
 
