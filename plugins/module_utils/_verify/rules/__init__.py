@@ -34,6 +34,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     discovery,
     teardown,
     identity,
+    rails,
     restart,
     interruption,
     lost_completion,
