@@ -483,7 +483,8 @@ class Engine:
         """The survivor after its peer died while completions were lost: every affected QP is destroyed first,
         each destroy a receipt (result and time), and only then ``drain()`` releases what the engine still owns
         (SQ debt, loans, grants) and returns its receipt; ``when``: the QP records' destroyed_round.
-        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first."""
+        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first;
+        drain_first_renumbered: it comes first and the steps are written as if it came last."""
         steps = []
 
         def destroy_all():
@@ -504,9 +505,16 @@ class Engine:
             record.update(step=len(steps), at=time.time(), action="drain", provider_qps=self.provider.held()["qp"])
             steps.append(record)
 
-        drain_first = "drain_before_destroy" in self.defects or "inflight_drain_first" in self.defects
+        renumbered = "drain_first_renumbered" in self.defects
+        drain_first = renumbered or "drain_before_destroy" in self.defects or "inflight_drain_first" in self.defects
         for action in ((drain_all, destroy_all) if drain_first else (destroy_all, drain_all)):
             action()
+        if renumbered:  # the defect: the steps told as destroys first (the provider's count too), times kept
+            steps.sort(key=lambda step: step["action"] != "destroy_qp")
+            for number, step in enumerate(steps):
+                step["step"] = number
+                if step["action"] == "drain":
+                    step["provider_qps"] = 0
         self.forget_qps()
         return {"affected_qps": sorted(qp.qpn for qp in qps), "steps": steps}
 

@@ -36,6 +36,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     identity,
     rails,
     restart,
+    steps,
     interruption,
     lost_completion,
     cleanup,
