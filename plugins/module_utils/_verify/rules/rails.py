@@ -36,6 +36,13 @@ def _used(ledger):
     return [tuple(rail.get(k) for k in _PINNED) if isinstance(rail, dict) else None for rail in ledger["rails"]]
 
 
+def _rails_of_qps(case, pid):
+    """{QPN: rail} of every QP the requester process ``pid`` listed, over all its generations (a restart
+    survivor's one observer log spans them)."""
+    return {qp["qpn"]: qp["rail"] for generation in case.generations()
+            for ledger in (case.ledger("requester", generation),) if ledger.get("pid") == pid for qp in ledger["qps"]}
+
+
 def _observed_devices(case, generation, ledger, pins):
     """(rail, device) pairs the accounting observer saw that are not the rail's pinned device: each
     accepted payload WR's device, its rail the ledger's rail of its QP."""
@@ -43,10 +50,12 @@ def _observed_devices(case, generation, ledger, pins):
     if log is None or not log.ok:
         return None, []
     table = log.wrs()
-    rail_of = {qp["qpn"]: qp["rail"] for qp in ledger["qps"]}
+    rail_of = _rails_of_qps(case, ledger.get("pid"))
     wrong = set()
     for qpn, device in set(zip(table["qpn"], table["dev"])):
         rail = rail_of.get(qpn)
+        if rail is None:
+            continue  # a WR of a QP no ledger lists: accounting.ledger_join's (restart.stale_no_effect's) finding
         pinned = pins[rail][0] if isinstance(rail, int) and 0 <= rail < len(pins) and pins[rail] else None
         if device != pinned:
             wrong.add((rail, device))
