@@ -61,6 +61,7 @@ RESTART_DEFECTS = (
     "survivor_reregisters",
     "reuse_epoch",
     "drop_cached_qps",
+    "keep_a_dead_peers_qp",
 )
 # installed-interruption only (docs/interruption.md): each breaks one interruption rule
 # (tests/unit/sim/test_sim_interruption.py). The relay's own switch (leak_grant) is the relay's.

@@ -187,6 +187,7 @@ class Engine:
         self.contexts = {}  # rail -> {"ctx", "pd", "cq", "channel", "mrs": {kind: mr}, "ctrl", "port", ...}
         self.qp_records = {}  # qpn -> ledger record
         self.all_qps = []  # every QP this engine created, destroyed or not
+        self.kept_dead_qps = []  # keep_a_dead_peers_qp: a dead peer's QP the survivor kept past its restart
         self.listeners = []  # the source's listening socket
         self.round_no = 0
         self.rv = None
@@ -637,7 +638,11 @@ class Engine:
             self.doc[key] = copy.deepcopy(previous[key])
         self.doc["restart"] = self.restart_record()
         retired = []
-        for qp in self.live_qp_list():
+        live = self.live_qp_list()
+        if "keep_a_dead_peers_qp" in self.defects:  # the defect: one QP of the dead peer kept, untold, to teardown
+            self.kept_dead_qps.append(live.pop())
+            self.all_qps.remove(self.kept_dead_qps[-1])
+        for qp in live:
             self.destroy_qp(qp, "restart")
             retired.append(qp.qpn)
         self.forget_qps()
@@ -723,6 +728,8 @@ class Engine:
 
     def teardown(self, qps, debt):
         """Destroy everything this engine holds and record what was released and what stayed."""
+        for qp in self.kept_dead_qps:  # keep_a_dead_peers_qp: destroyed here, counted nowhere
+            qp.destroy()
         record = {"drained": not any(debt.values()), "debt_wrs": debt.get("wrs", 0),
                   "debt_bytes": debt.get("bytes", 0), "debt_grants": debt.get("grants", 0),
                   "qps_destroyed": 0, "mrs_deregistered": 0, "contexts_closed": 0, "retained_owners": 0,
