@@ -74,16 +74,16 @@ class Replay:
             flow = log.flow()  # WRs and completions in log order: what moves the in-flight figures
             seq = (flow["kind"], flow["qpn"], flow["wr_id"], flow["ctx"], flow["cq"])
             table = log.wrs()
-            parents = self._against_ledger(table, ledger)
-            if not self._fast(log, seq, table, parents):
+            parents, rounds = self._against_ledger(table, ledger)
+            if not self._fast(log, seq, table, parents, rounds):
                 self._walk(log, seq, table)
-                seq_parent = [None if i is None else parents[i] for i in self._wr_of]
+                seq_parent = [None if i is None or parents[i] is None else (rounds[i], parents[i]) for i in self._wr_of]
                 self.max_wrs, self.max_parents = _in_flight(seq[0], seq[1], seq_parent, self._valid)
                 del self._wr_of, self._valid
             for qpn in self.max_wrs:
                 self.max_parents.setdefault(qpn, {})
 
-    def _fast(self, log, seq, table, parents):
+    def _fast(self, log, seq, table, parents, rounds):
         """The healthy log's figures from whole columns; False (nothing set) when the exact walk must run.
 
         Healthy: on each QP one context and CQ, each WR ID posted once and completed once, never
@@ -106,11 +106,12 @@ class Replay:
             if len(completed) != len(posted) or len(set(posted)) != len(posted):
                 return False  # a WR accepted twice, or not completed once: the walk names them
             theirs = parents if mask is None else list(compress(parents, compress(mask, is_wr)))
+            their_rounds = rounds if mask is None else list(compress(rounds, compress(mask, is_wr)))
             counts = runs[qpn][1]
             if posted == completed:  # in order: the k-th completion is of the k-th WR
                 if min(counts) < 0:
                     return False  # a completion logged before its WR: the walk counts it as an orphan
-                done_parents = theirs
+                done_parents, done_rounds = theirs, their_rounds
             else:
                 rank = dict(zip(posted, range(len(posted))))
                 order = list(map(rank.get, completed))
@@ -120,9 +121,11 @@ class Replay:
                 if not all(map(gt, compress(at, mine_done), map(list(compress(at, mine_wr)).__getitem__, order))):
                     return False  # a completion logged before its WR
                 done_parents = list(map(theirs.__getitem__, order))
+                done_rounds = list(map(their_rounds.__getitem__, order))
             most_wrs[qpn] = max(counts)
-            # Each completion's parent is its WR's: the QP's events in order, each with its parent.
-            most_parents[qpn] = _most_distinct(mine_wr, _merge(kinds, theirs, done_parents))
+            # Each completion's parent (and round) is its WR's: the QP's events in order, each with its parent.
+            most_parents[qpn] = _most_distinct(mine_wr, _merge(kinds, theirs, done_parents),
+                                               _merge(kinds, their_rounds, done_rounds))
         statuses = log.column(CQE, "status")
         self.accepted_count, self.joined_count = len(table["wr_id"]), statuses.count(0)
         self.orphans, self.duplicates = [], []
@@ -191,17 +194,18 @@ class Replay:
 
     def _against_ledger(self, table, ledger):
         """WRs the ledger does not list, or lists differently (first few), and ledger WRs never seen;
-        returns the parent of each logged WR (None: not listed)."""
+        returns the parent and the round of each logged WR (None: not listed)."""
         qpns, wr_ids, sizes = table["qpn"], table["wr_id"], table["bytes"]
         self.wrs, self.bytes, self.devices = len(qpns), sum(sizes), set(table["dev"])
         rounds = [rnd["wrs"] for rnd in ledger["rounds"]]
+        # Each listed WR's round, in the ledger's order (a parent is one round's: the concurrency rule is per round).
+        round_of = list(chain.from_iterable(repeat(rnd["round"], len(rnd["wrs"]["wr_id"])) for rnd in ledger["rounds"]))
         # The same WRs in the same order (an engine lists them as it posts them): each round's columns
         # compared with its stretch of the log's, no key built, nothing joined.
         if _listed_in_order(table, rounds):
             self.unlisted, self.differing, self.missing = [], [], []
-            return [(rnd["round"], parent) for rnd in ledger["rounds"] for parent in rnd["wrs"]["parent"]]
+            return list(chain.from_iterable(columns["parent"] for columns in rounds)), round_of
         wrs = ledger_wrs(ledger, _LISTED)
-        round_of = list(chain.from_iterable(repeat(rnd["round"], len(rnd["wrs"]["wr_id"])) for rnd in ledger["rounds"]))
         ctxs, cqs = _texts(table["ctx"]), _texts(table["cq"])
         seen = list(zip(qpns, wr_ids))
         listed = dict(zip(zip(wrs["qpn"], wrs["wr_id"]), range(len(wrs["qpn"]))))
@@ -219,7 +223,9 @@ class Replay:
                     break
         self.missing = sorted(set(listed).difference(seen))
         parent = wrs["parent"]
-        return [None if at is None else (round_of[at], parent[at]) for at in map(listed.get, seen)]
+        at_of = list(map(listed.get, seen))
+        return ([None if at is None else parent[at] for at in at_of],
+                [None if at is None else round_of[at] for at in at_of])
 
 
 def _full_keys(table):
@@ -278,27 +284,34 @@ def _merge(seq_kind, wr_values, done_values):
     return list(map(next, map(sources.__getitem__, seq_kind)))
 
 
-def _most_distinct(is_wr, parents):
-    """{round: most distinct parents of that round in flight at once} on one QP: its events in order
-    (``is_wr`` 1 for a WR, 0 for a completion) and each event's (round, parent) (None: a WR the ledger
-    does not list). Per round, as the concurrency rule asks it of each round, not of the run."""
+def _most_distinct(is_wr, parents, rounds):
+    """{round: most distinct parents of that round in flight at once} on one QP: its events in order (``is_wr``
+    1 for a WR, 0 for a completion), each event's parent and round (None: a WR the ledger does not list).
+    Per round, as the concurrency rule asks it of each round, not of the run: each round's events taken
+    apart (in C), then counted."""
+    most = {}
+    for number in set(rounds) - {None}:
+        mine = bytes(map(eq, rounds, repeat(number)))
+        most[number] = _distinct_in_flight(compress(is_wr, mine), list(compress(parents, mine)))
+    return most
+
+
+def _distinct_in_flight(is_wr, parents):
+    """Most distinct parents in flight at once in one stretch of a QP's events (each with its parent)."""
     count = dict.fromkeys(parents, 0)
-    distinct, most = defaultdict(int), {}
-    for wr, key in zip(is_wr, parents):
-        if key is None:
-            continue
-        held = count[key]
+    distinct = most = 0
+    for wr, parent in zip(is_wr, parents):
+        held = count[parent]
         if wr:
-            count[key] = held + 1
+            count[parent] = held + 1
             if not held:
-                now = distinct[key[0]] + 1
-                distinct[key[0]] = now
-                if now > most.get(key[0], 0):
-                    most[key[0]] = now
+                distinct += 1
+                if distinct > most:  # noqa: PLR1730 - max() costs a call an event
+                    most = distinct
         else:
-            count[key] = held - 1
+            count[parent] = held - 1
             if held == 1:
-                distinct[key[0]] -= 1
+                distinct -= 1
     return most
 
 

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
+from itertools import compress, count, repeat
+from operator import eq, is_not, sub
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
@@ -106,23 +109,18 @@ def check_sq_depth(case):
 
 
 def _in_flight_by_order(columns):
-    """{qpn: (most WRs, most distinct parents) in flight at once} of one round's WR columns, replayed in
-    the engine's own process-wide order of posts and reaped completions (``posted_seq``, ``completed_seq``;
-    a WR never completed stays in flight)."""
-    steps = [(seq, 1, qpn, parent) for seq, qpn, parent in zip(columns["posted_seq"], columns["qpn"],
-                                                             columns["parent"])]
-    steps += [(seq, -1, qpn, parent) for seq, qpn, parent in zip(columns["completed_seq"], columns["qpn"],
-                                                              columns["parent"]) if seq is not None]
-    steps.sort(key=lambda step: (step[0], -step[1]))
-    wrs, per_parent, parents, most = defaultdict(int), defaultdict(int), defaultdict(int), {}
-    for _seq, delta, qpn, parent in steps:
-        wrs[qpn] += delta
-        held = per_parent[(qpn, parent)]
-        per_parent[(qpn, parent)] = held + delta
-        if (delta, held) in ((1, 0), (-1, 1)):
-            parents[qpn] += delta
-        top = most.get(qpn, (0, 0))
-        most[qpn] = (max(top[0], wrs[qpn]), max(top[1], parents[qpn]))
+    """{qpn: most payload WRs in flight at once} of one round's WR columns, replayed from the engine's own
+    process-wide order of posts and reaped completions (``posted_seq``, ``completed_seq``; a WR never
+    completed stays in flight). The most is reached right after a post: the k-th post of a QP has k
+    posted and, in flight, all but the QP's completions reaped before it (a bisection, in C)."""
+    qpns, posted, completed = columns["qpn"], columns["posted_seq"], columns["completed_seq"]
+    most = {}
+    for qpn in set(qpns):
+        mine = bytes(map(eq, qpns, repeat(qpn)))
+        posts = sorted(compress(posted, mine))
+        done = list(compress(completed, mine))
+        done = sorted(compress(done, map(is_not, done, repeat(None))))
+        most[qpn] = max(map(sub, count(1), map(bisect_left, repeat(done), posts)), default=0)
     return most
 
 
@@ -132,25 +130,24 @@ def plain_rounds(profile, _workload):
 
 
 @rule("qps.inflight_order", "qps",
-      "per round and QP, the payload WRs and distinct parents in flight at once, replayed from the requester's own "
-      "order of posts and completions (`posted_seq`, `completed_seq`), are at most eight WRs and are the maxima "
-      "the engine states (`qp_usage`)",
+      "per round and QP, the payload WRs in flight at once, replayed from the requester's own order of posts and "
+      "completions (`posted_seq`, `completed_seq`), are at most eight and the maximum the engine states "
+      "(`qp_usage` `max_inflight_wrs`)",
       witness=("profile", "runner"), applies=plain_rounds, after=("qps.sq_depth",))
 def check_inflight_order(case):
-    """Where no observer runs (installed-host) the engine's stated maxima are its word alone: they are
+    """Where no observer runs (installed-host) the engine's stated maximum is its word alone: it is
     recomputed from the order it recorded, which a send queue deeper than stated shows."""
     problems = []
     depth = case.workload["send_queue_depth"]
     for _role, generation, rnd, where in rounds(case, ("requester",)):
         replayed = _in_flight_by_order(rnd["wrs"])
-        stated = {u["qpn"]: (u["max_inflight_wrs"], u["max_outstanding_parents"]) for u in rnd["qp_usage"]}
-        over = {qpn: most[0] for qpn, most in replayed.items() if most[0] > depth}
+        stated = {u["qpn"]: u["max_inflight_wrs"] for u in rnd["qp_usage"]}
+        over = {qpn: most for qpn, most in replayed.items() if most > depth}
         differing = {qpn: (stated.get(qpn), most) for qpn, most in replayed.items() if stated.get(qpn) != most}
         if over or differing:
             problems.append((f"requester g{generation} round {rnd['round']}: replayed from its post and completion "
-                             f"order, payload WRs in flight over {depth}: {over}; stated (WRs, parents) in flight "
-                             f"vs replayed: {dict(list(differing.items())[:MAX_PROBLEMS_SHOWN])}",
-                             f"{where}.wrs",
+                             f"order, payload WRs in flight over {depth}: {over}; stated vs replayed: "
+                             f"{dict(list(differing.items())[:MAX_PROBLEMS_SHOWN])}", f"{where}.wrs",
                              {"expected": f"<= {depth} per QP, as stated", "observed": over or differing}))
     return problems
 
