@@ -489,7 +489,7 @@ def check_observer_rails(case):
 @rule("accounting.sq_depth", "accounting",
       "at most eight payload WRs in flight per QP, as observed",
       witness=("observer", "profile"), needs=_OBS, applies=has_accounting,
-      after=("accounting.join", "qps.sq_depth", "qps.inflight_order"))
+      after=("accounting.join", "qps.sq_depth"))
 def check_observer_sq_depth(case):
     problems = []
     depth = case.workload["send_queue_depth"]

@@ -124,16 +124,16 @@ def _in_flight_by_order(columns):
     return most
 
 
-@applies("installed-host and installed-rail-accounting (rounds of plain transfers)")
-def plain_rounds(profile, _workload):
-    return profile["mode"] in ("installed-host", "installed-rail-accounting")
+@applies("installed-host (no observer runs: the accounting observer's accounting.sq_depth sees the depth elsewhere)")
+def unobserved_rounds(profile, workload):
+    return profile["mode"] == "installed-host" and not any(o["tool"] == "accounting" for o in workload["observers"])
 
 
 @rule("qps.inflight_order", "qps",
       "per round and QP, the payload WRs in flight at once, replayed from the requester's own order of posts and "
       "completions (`posted_seq`, `completed_seq`), are at most eight and the maximum the engine states "
       "(`qp_usage` `max_inflight_wrs`)",
-      witness=("profile", "runner"), applies=plain_rounds, after=("qps.sq_depth",))
+      witness=("profile", "runner"), applies=unobserved_rounds, after=("qps.sq_depth",))
 def check_inflight_order(case):
     """Where no observer runs (installed-host) the engine's stated maximum is its word alone: it is
     recomputed from the order it recorded, which a send queue deeper than stated shows."""

@@ -151,7 +151,7 @@ DEFECTS = [
     ("exceed_sq_depth", RAIL_ACCOUNTING, "qps.sq_depth"),
     # no observer: the engine's WR order says what its stated maxima do not (three parents of a QP)
     ("understate_sq_depth", dict(SMALL_HOST, num_lanes=1), "qps.inflight_order"),
-    ("understate_sq_depth", RAIL_ACCOUNTING, "qps.inflight_order"),  # masks the observer's accounting.sq_depth
+    ("understate_sq_depth", RAIL_ACCOUNTING, "accounting.sq_depth"),  # with an observer: its word
     ("single_rail", RAIL_ACCOUNTING, "counters.rails"),
     ("serial_parents", RAIL_ACCOUNTING, "accounting.outstanding"),
     ("serial_round_two", RAIL_ACCOUNTING, "accounting.outstanding"),  # per round, not over the run
