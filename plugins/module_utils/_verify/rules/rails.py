@@ -24,16 +24,15 @@ def pinned_rails(profile, _workload):
     return profile.get("discovery") != "auto"
 
 
-def _pins(told):
-    """[(device, port, GID index)] of the rails the runner was told, in rail order; None if not a list."""
-    rails = told.get("rails")
-    if not isinstance(rails, list):
-        return None
+def _triples(rails):
+    """[(device, port, GID index)] of a list of rails, in rail order (None for a rail that is no object)."""
     return [tuple(rail.get(k) for k in _PINNED) if isinstance(rail, dict) else None for rail in rails]
 
 
-def _used(ledger):
-    return [tuple(rail.get(k) for k in _PINNED) if isinstance(rail, dict) else None for rail in ledger["rails"]]
+def _pins(told):
+    """The rails the runner was told (its case file's `rails`), or None when it names no list."""
+    rails = told.get("rails")
+    return _triples(rails) if isinstance(rails, list) else None
 
 
 def _rails_of_qps(case, pid):
@@ -77,7 +76,7 @@ def check_pinned_rails(case):
             continue
         locks = locked_rnics(case, role)
         unlocked = sorted({p[0] for p in pins if p} - set(locks), key=str)
-        used = _used(ledger)
+        used = _triples(ledger["rails"])
         if used != pins or unlocked:
             problems.append((f"{role} g{generation}: rails (device, port, GID index) {used}, the gate pinned {pins}"
                              + (f"; pinned RNICs {unlocked} not locked ({locks})" if unlocked else ""),
