@@ -738,6 +738,21 @@ def rail_on_another_gid(f):
     rail.update(gid_index=1, gid="fe80" + rail["gid"][4:])
 
 
+def told_rails(f, role, change):
+    """Apply ``change(rails)`` to the rails of the case the role's supervisor journaled for its runner."""
+    for event in (e for e in f.journals[role] if e.get("ev") == "child_start"):
+        for pin in event.get("pinned") or []:
+            if isinstance(pin.get("json"), dict) and "rails" in pin["json"]:
+                pin["json"]["rails"] = change(pin["json"]["rails"])
+    f.touched.add(role)
+
+
+def gate_pins_the_rails_crossed(f):
+    """The gate pins the source's rails the other way round (rail 0 on mlx5_1) and the runner ignores
+    its case, running the usual order: the journaled case is the gate's defect (its journal edited)."""
+    told_rails(f, "source", lambda rails: list(reversed(rails)))
+
+
 @dataclass(frozen=True)
 class Defect:
     case: str  # the clean case it starts from: ra (rail accounting, read, polling), ih (installed-host,
@@ -796,6 +811,8 @@ DEFECTS = {
     "rails_swapped_between_devices": Defect("ra", "rails.pinned", UNREAD, rails_swapped_between_devices),
     "rails_swapped_behind_pinned_rails": Defect("ra", "rails.pinned", UNREAD, rails_swapped_behind_pinned_rails),
     "rail_on_another_gid": Defect("ih", "rails.pinned", UNREAD, rail_on_another_gid),
+    "gate_pins_the_rails_crossed": Defect("ih", "rails.pinned", UNREAD, gate_pins_the_rails_crossed,
+                                          writes=("source",)),
 }
 
 

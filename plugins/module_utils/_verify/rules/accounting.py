@@ -510,7 +510,8 @@ def check_observer_sq_depth(case):
 
 @rule("accounting.outstanding", "accounting",
       "at least two parents outstanding at once on each rail's QP in each round, as observed",
-      witness=("observer", "profile"), needs=_OBS, applies=rail_accounting, after=("accounting.join", "counters.rails"))
+      witness=("observer", "profile"), needs=_OBS, applies=rail_accounting,
+      after=("accounting.join", "counters.rails", "ledger.rounds"))
 def check_observer_outstanding(case):
     """Per round: concurrency in rounds 1 and 3 does not make up for a round run one parent at a time."""
     problems = []

@@ -65,7 +65,8 @@ def _observed_devices(case, generation, ledger, pins):
       "outside `discovery: auto` each rail's device, port and GID index are the ones the gate pinned (the runner's "
       "case as its supervisor journaled it), on RNICs the supervisor locked; every payload WR the accounting "
       "observer saw went through its rail's pinned device",
-      witness=("journal", "observer"), needs=("ledgers", "journals"), applies=pinned_rails)
+      witness=("journal", "observer"), needs=("ledgers", "journals"), applies=pinned_rails,
+      after=("accounting.native_bytes",))
 def check_pinned_rails(case):
     problems = []
     for role, generation, told, journal_path in told_cases(case):
@@ -75,7 +76,7 @@ def check_pinned_rails(case):
             problems.append((f"{role} g{generation}: the case the runner was told pins no rails", journal_path))
             continue
         locks = locked_rnics(case, role)
-        unlocked = sorted({p[0] for p in pins if p} - set(locks), key=str)
+        unlocked = [pin[0] for pin in pins if pin and pin[0] not in locks]
         used = _triples(ledger["rails"])
         if used != pins or unlocked:
             problems.append((f"{role} g{generation}: rails (device, port, GID index) {used}, the gate pinned {pins}"
