@@ -48,8 +48,10 @@ DEFECTS = (
     "wrong_slicing",
     "stale_input",
     "exceed_sq_depth",
+    "understate_sq_depth",
     "single_rail",
     "serial_parents",
+    "serial_round_two",
 )
 # installed-restart only (docs/restart.md): each breaks one restart rule (tests/unit/sim/test_sim_restart.py).
 RESTART_DEFECTS = (
@@ -59,6 +61,7 @@ RESTART_DEFECTS = (
     "survivor_reregisters",
     "reuse_epoch",
     "drop_cached_qps",
+    "keep_a_dead_peers_qp",
 )
 # installed-interruption only (docs/interruption.md): each breaks one interruption rule
 # (tests/unit/sim/test_sim_interruption.py). The relay's own switch (leak_grant) is the relay's.
@@ -77,6 +80,7 @@ LOST_DEFECTS = (
     "lost_reports_bytes",
     "drain_before_destroy",
     "source_keeps_grants",
+    "drain_first_renumbered",
 )
 # installed-cleanup-failure only (docs/cleanup_failure.md): each breaks one cleanup rule
 # (tests/unit/sim/test_sim_cleanup_failure.py).

@@ -187,6 +187,7 @@ class Engine:
         self.contexts = {}  # rail -> {"ctx", "pd", "cq", "channel", "mrs": {kind: mr}, "ctrl", "port", ...}
         self.qp_records = {}  # qpn -> ledger record
         self.all_qps = []  # every QP this engine created, destroyed or not
+        self.kept_dead_qps = []  # keep_a_dead_peers_qp: a dead peer's QP the survivor kept past its restart
         self.listeners = []  # the source's listening socket
         self.round_no = 0
         self.rv = None
@@ -483,7 +484,8 @@ class Engine:
         """The survivor after its peer died while completions were lost: every affected QP is destroyed first,
         each destroy a receipt (result and time), and only then ``drain()`` releases what the engine still owns
         (SQ debt, loans, grants) and returns its receipt; ``when``: the QP records' destroyed_round.
-        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first."""
+        drain_before_destroy (installed-inflight-dma: inflight_drain_first): the drain comes first;
+        drain_first_renumbered: it comes first and the steps are written as if it came last."""
         steps = []
 
         def destroy_all():
@@ -504,9 +506,16 @@ class Engine:
             record.update(step=len(steps), at=time.time(), action="drain", provider_qps=self.provider.held()["qp"])
             steps.append(record)
 
-        drain_first = "drain_before_destroy" in self.defects or "inflight_drain_first" in self.defects
+        renumbered = "drain_first_renumbered" in self.defects
+        drain_first = renumbered or "drain_before_destroy" in self.defects or "inflight_drain_first" in self.defects
         for action in ((drain_all, destroy_all) if drain_first else (destroy_all, drain_all)):
             action()
+        if renumbered:  # the defect: the steps told as destroys first (the provider's count too), times kept
+            steps.sort(key=lambda step: step["action"] != "destroy_qp")
+            for number, step in enumerate(steps):
+                step["step"] = number
+                if step["action"] == "drain":
+                    step["provider_qps"] = 0
         self.forget_qps()
         return {"affected_qps": sorted(qp.qpn for qp in qps), "steps": steps}
 
@@ -629,7 +638,11 @@ class Engine:
             self.doc[key] = copy.deepcopy(previous[key])
         self.doc["restart"] = self.restart_record()
         retired = []
-        for qp in self.live_qp_list():
+        live = self.live_qp_list()
+        if "keep_a_dead_peers_qp" in self.defects:  # the defect: one QP of the dead peer kept, untold, to teardown
+            self.kept_dead_qps.append(live.pop())
+            self.all_qps.remove(self.kept_dead_qps[-1])
+        for qp in live:
             self.destroy_qp(qp, "restart")
             retired.append(qp.qpn)
         self.forget_qps()
@@ -715,6 +728,8 @@ class Engine:
 
     def teardown(self, qps, debt):
         """Destroy everything this engine holds and record what was released and what stayed."""
+        for qp in self.kept_dead_qps:  # keep_a_dead_peers_qp: destroyed here, counted nowhere
+            qp.destroy()
         record = {"drained": not any(debt.values()), "debt_wrs": debt.get("wrs", 0),
                   "debt_bytes": debt.get("bytes", 0), "debt_grants": debt.get("grants", 0),
                   "qps_destroyed": 0, "mrs_deregistered": 0, "contexts_closed": 0, "retained_owners": 0,

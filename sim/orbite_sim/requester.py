@@ -42,6 +42,7 @@ HELD_PAYLOAD_WR_ID = 3 << 40
 SPIN_EMPTY_POLLS = 2
 BACKOFF_S = 0.00005
 # exceed_sq_depth: QPs of 9 send WRs, up to 9 posted at once (the provider enforces what was asked).
+# understate_sq_depth: the same QPs and posts, stated as the documented depth (its QP records and maxima).
 EXCEEDED_DEPTH = SEND_QUEUE_DEPTH + 1
 # How long the events mode waits, after the last completion, for the event of a CQ armed just before it.
 EVENT_GRACE_S = 0.2
@@ -71,7 +72,8 @@ class RequesterEngine(Engine):
         self.live_qps = {}  # (rail, lane) -> QueuePair
         self.qp_by_num = {}  # qpn -> live QueuePair
         self.remote = {}  # qpn -> (the peer's data MR address, its rkey) this QP reaches
-        self.sq_depth = EXCEEDED_DEPTH if "exceed_sq_depth" in self.defects else SEND_QUEUE_DEPTH
+        self.understated = "understate_sq_depth" in self.defects
+        self.sq_depth = EXCEEDED_DEPTH if "exceed_sq_depth" in self.defects or self.understated else SEND_QUEUE_DEPTH
         self.held = None  # installed-interruption: the batches of the round whose grant is held
         self.lost = None  # installed-lost-completion: the round whose completions were withheld
         self.held_grants = set()  # parents the source granted this round and has not taken back
@@ -174,6 +176,8 @@ class RequesterEngine(Engine):
         for key in wanted:
             if key not in self.live_qps:
                 qp = self.new_qp(key[0], key[1], round_no, self.sq_depth)
+                if self.understated:  # the defect: the QP record states the documented depth
+                    self.qp_records[qp.qpn]["max_send_wr"] = SEND_QUEUE_DEPTH
                 self.live_qps[key] = qp
                 self.qp_by_num[qp.qpn] = qp
                 created.append(qp)
@@ -671,7 +675,8 @@ class RequesterEngine(Engine):
         queues = collections.OrderedDict()
         for qp in self.live_qps.values():
             queues[qp] = collections.deque()
-        serial = "serial_parents" in self.defects
+        # serial_round_two: the defect of serial_parents in round 2 only (rounds 1 and 3 concurrent)
+        serial = "serial_parents" in self.defects or ("serial_round_two" in self.defects and round_no == 2)
         by_qp = collections.defaultdict(list)
         for p in parents:
             by_qp[self.live_qps[(p["rail"], p["lane"])]].append(p)
@@ -714,7 +719,8 @@ class RequesterEngine(Engine):
                     u = usage[qp.qpn]
                     u["wrs_posted"] += 1
                     u["bytes_posted"] += sizes[s]
-                    u["max_inflight_wrs"] = max(u["max_inflight_wrs"], qp.outstanding)
+                    stated = min(qp.outstanding, SEND_QUEUE_DEPTH) if self.understated else qp.outstanding
+                    u["max_inflight_wrs"] = max(u["max_inflight_wrs"], stated)
                     u["max_outstanding_parents"] = max(u["max_outstanding_parents"], len(counts))
 
             got = 0

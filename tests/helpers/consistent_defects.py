@@ -715,6 +715,58 @@ def source_one_qp_per_rail(f):
     retotal(source)
 
 
+def _swap_devices(lines):
+    """The observer's view of WRs posted through the other rail's device: every `wr` line names it."""
+    names = sorted({e["dev"] for e in lines[1:-1] if e.get("ev") == "wr"})
+    other = dict(zip(names, reversed(names)))
+    for event in lines[1:-1]:
+        if event.get("ev") == "wr":
+            event["dev"] = other[event["dev"]]
+
+
+def rails_swapped_between_devices(f):
+    """Both engines run rail 0 on the gate's rail-1 RNIC and rail 1 on its rail-0 RNIC (the right GID
+    index on each), and say so: rails, contexts, NIC IDs, GIDs, netdevs, NUMA nodes follow the devices,
+    and the observer saw each rail's WRs on the device the ledger names."""
+    moved = ("device", "port", "gid_index", "gid", "gid_type", "netdev", "numa_node", "nic_id")
+    for ledger in f.ledgers.values():
+        first, second = ledger["rails"][0], ledger["rails"][1]
+        for key in moved:
+            first[key], second[key] = second[key], first[key]
+        by_rail = {c["rail"]: c for c in ledger["contexts"]}
+        by_rail[0]["device"], by_rail[1]["device"] = by_rail[1]["device"], by_rail[0]["device"]
+    if f.accounting is not None:
+        _swap_devices(f.accounting)
+
+
+def rails_swapped_behind_pinned_rails(f):
+    """The requester posts each rail's WRs through the other rail's RNIC while its ledger names the
+    pinned rails: only the observer, which logs the device of each accepted WR, sees where they went."""
+    _swap_devices(f.accounting)
+
+
+def rail_on_another_gid(f):
+    """The requester runs rail 0 on GID index 1 of the pinned device (RoCE v2 on the link-local
+    address) instead of the pinned IPv4 one, and records that index and its GID."""
+    rail = f.requester["rails"][0]
+    rail.update(gid_index=1, gid="fe80" + rail["gid"][4:])
+
+
+def told_rails(f, role, change):
+    """Apply ``change(rails)`` to the rails of the case the role's supervisor journaled for its runner."""
+    for event in (e for e in f.journals[role] if e.get("ev") == "child_start"):
+        for pin in event.get("pinned") or []:
+            if isinstance(pin.get("json"), dict) and "rails" in pin["json"]:
+                pin["json"]["rails"] = change(pin["json"]["rails"])
+    f.touched.add(role)
+
+
+def gate_pins_the_rails_crossed(f):
+    """The gate pins the source's rails the other way round (rail 0 on mlx5_1) and the runner ignores
+    its case, running the usual order: the journaled case is the gate's defect (its journal edited)."""
+    told_rails(f, "source", lambda rails: list(reversed(rails)))
+
+
 @dataclass(frozen=True)
 class Defect:
     case: str  # the clean case it starts from: ra (rail accounting, read, polling), ih (installed-host,
@@ -771,6 +823,11 @@ DEFECTS = {
                                          writes=("source",)),
     "source_qp_pairs_crossed": Defect("ra", "qps.peers", UNREAD, source_qp_pairs_crossed),
     "event_after_the_close": Defect("ra", "journal.order", UNREAD, event_after_the_close, writes=("source",)),
+    "rails_swapped_between_devices": Defect("ra", "rails.pinned", UNREAD, rails_swapped_between_devices),
+    "rails_swapped_behind_pinned_rails": Defect("ra", "rails.pinned", UNREAD, rails_swapped_behind_pinned_rails),
+    "rail_on_another_gid": Defect("ih", "rails.pinned", UNREAD, rail_on_another_gid),
+    "gate_pins_the_rails_crossed": Defect("ih", "rails.pinned", UNREAD, gate_pins_the_rails_crossed,
+                                          writes=("source",)),
 }
 
 

@@ -32,7 +32,9 @@ BASE = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requeste
 # Rule groups only the fault modes apply; their own tests run them (tests/unit/sim/test_sim_restart.py,
 # test_sim_interruption.py, test_sim_lost_completion.py, test_sim_cleanup_failure.py, test_sim_inflight_dma.py,
 # test_sim_memory_cleanup.py).
-FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup", "inflight_dma", "memory_cleanup")
+# steps: the survivors' recovery steps (installed-lost-completion, installed-inflight-dma).
+FAULT_MODE_GROUPS = ("restart", "interruption", "lost_completion", "cleanup", "inflight_dma", "memory_cleanup",
+                     "steps")
 
 RAIL_ACCOUNTING = dict(BASE, mode="installed-rail-accounting", parents=16, payload=4194305, block=MIB,
                        num_lanes=1, mask=3, generations=1)

@@ -81,7 +81,8 @@ def test_a_healthy_inflight_dma_case_passes_with_every_rule_applied(request, whi
     assert "case.mode_unverified" not in findings
     assert CODES == ["inflight_dma.batch_failed", "inflight_dma.destination", "inflight_dma.destroy_before_drain",
                      "inflight_dma.error_cqe", "inflight_dma.fault", "inflight_dma.qp_error", "inflight_dma.survival"]
-    for code in [*CODES, "journal.env", "identity.artifacts", "ledger.errors", "ledger.rounds", "qps.reuse"]:
+    for code in [*CODES, "steps.times", "journal.env", "identity.artifacts", "ledger.errors", "ledger.rounds",
+                 "qps.reuse"]:
         assert findings[code]["status"] == "PASS", (code, findings[code])
 
 

@@ -10,6 +10,7 @@ Red check of the runner side: removing a switch's branch in sim/orbite_sim/ make
 """
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -49,8 +50,9 @@ def test_a_healthy_lost_completion_passes_with_every_rule_applied(healthy, fault
                      "lost_completion.withheld"]
     survivor_rule = "lost_completion.requester_failed" if fault == "source" else "lost_completion.source_released"
     applied = [c for c in CODES if c not in ("lost_completion.requester_failed", "lost_completion.source_released")]
-    for code in [*applied, survivor_rule, "restart.kill_point", "restart.survivor", "restart.replacement",
-                 "restart.stale_refused", "journal.children", "journal.env", "identity.processes", "ledger.errors"]:
+    for code in [*applied, survivor_rule, "steps.times", "restart.kill_point", "restart.survivor",
+                 "restart.replacement", "restart.stale_refused", "journal.children", "journal.env",
+                 "identity.processes", "ledger.errors"]:
         assert findings[code]["status"] == "PASS", (code, findings[code])
 
 
@@ -119,6 +121,9 @@ _DEFECT_CASES = [
     pytest.param("lost_reports_bytes", "source", "lost_completion.requester_failed", id="lost_reports_bytes"),
     pytest.param("drain_before_destroy", "source", "lost_completion.destroy_before_drain", id="drain_before_destroy"),
     pytest.param("source_keeps_grants", "requester", "lost_completion.source_released", id="source_keeps_grants"),
+    # numbered as if the destroys came first: only the steps' own times say otherwise (both survivors)
+    pytest.param("drain_first_renumbered", "source", "steps.times", id="drain_first_renumbered_requester_survivor"),
+    pytest.param("drain_first_renumbered", "requester", "steps.times", id="drain_first_renumbered_source_survivor"),
 ]
 
 
@@ -162,8 +167,6 @@ def test_a_consistent_completed_story_still_fails_by_the_observer(healthy, tmp_p
     """Consistent defect: the requester's ledger says the lost round completed in full (every WR SUCCESS, no
     debt, no loans, batches Completed and freed, the bytes reported and counted natively). Only the observer,
     which withheld those completions, contradicts it."""
-    import shutil
-
     run_dir = tmp_path / "lc-consistent"
     shutil.copytree(healthy["requester"], run_dir)
     path = run_dir / "cases" / "c1" / "requester" / "g1" / "ledger.json"
@@ -185,11 +188,24 @@ def test_a_consistent_completed_story_still_fails_by_the_observer(healthy, tmp_p
 
 def test_a_survivor_log_without_its_summary_is_truncated(healthy, tmp_path):
     """Only a process the profile kills may end its log without a summary (the loader's ``killed``)."""
-    import shutil
-
     run_dir = tmp_path / "lc-truncated"
     shutil.copytree(healthy["source"], run_dir)
     log = run_dir / "cases" / "c1" / "requester" / "g1" / "observer-cq_fault.jsonl"
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:-1]))
     verdict = verify_run(str(run_dir), write=False)
     assert "receipt.truncated" in verdict["failed_codes"], verdict["failed_codes"]
+
+
+def test_recovery_steps_outside_the_survivors_journaled_life_fail(healthy, tmp_path):
+    """The steps in order, numbered and timed consistently, but an hour after the survivor's supervisor
+    reaped it: the journal's clock is the second witness of when they were taken."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(healthy["source"], run_dir)
+
+    def later(doc):
+        for step in doc["restart"]["recovery"]["steps"]:
+            step["at"] += 3600
+
+    _edit(run_dir / "cases" / "c1" / "requester" / "g2" / "ledger.json", later)
+    verdict = verify_run(str(run_dir), write=False)
+    assert verdict["failed_codes"] == ["steps.times"]

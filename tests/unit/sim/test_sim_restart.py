@@ -51,8 +51,8 @@ def test_a_healthy_restart_passes_with_every_restart_rule_applied(healthy, fault
     findings = _findings(verdict)
     assert "case.mode_unverified" not in findings
     assert RESTART_CODES == ["restart.kill_point", "restart.replacement", "restart.restart_point",
-                             "restart.stale_no_effect", "restart.stale_refused", "restart.survivor",
-                             "restart.teardown"]
+                             "restart.retired", "restart.stale_no_effect", "restart.stale_refused",
+                             "restart.survivor", "restart.teardown"]
     for code in [*RESTART_CODES, "journal.children", "identity.processes", "identity.epochs", "qps.reuse",
                  "ledger.exit", "ledger.errors"]:
         assert findings[code]["status"] == "PASS", (code, findings[code])
@@ -142,6 +142,9 @@ _DEFECT_CASES = [
     pytest.param("survivor_reregisters", "source", "restart.survivor", id="survivor_reregisters"),
     pytest.param("reuse_epoch", "requester", "identity.epochs", id="reuse_epoch"),
     pytest.param("drop_cached_qps", "source", "restart.restart_point", id="drop_cached_qps"),
+    # the survivor's own receipts agree with what it retired; the previous generation's say what it left live
+    pytest.param("keep_a_dead_peers_qp", "source", "restart.retired", id="keep_a_dead_peers_qp_requester_survivor"),
+    pytest.param("keep_a_dead_peers_qp", "requester", "restart.retired", id="keep_a_dead_peers_qp_source_survivor"),
 ]
 
 

@@ -184,12 +184,18 @@ CASES = {
     "exceed_sq_depth": (small("read"), "exceed_sq_depth",
                         [r"requester\.qps", rf"requester\.{RN}\.qp_usage\.max_inflight", r"observer\.max_inflight"],
                         [r"requester\.qps", rf"requester\.{RN}\.qp_usage\.max_inflight", r"observer\.max_inflight"]),
+    # requester.py: understated (QPs of 9 send WRs, 9 posted, each QP record and maximum stating 8)
+    "understate_sq_depth": (small("read"), "understate_sq_depth", [r"observer\.max_inflight"],
+                            [r"observer\.max_(inflight|parents)", rf"requester\.{RN}\.qp_usage\.max_parents"]),
     # requester.py placement: rails[:1]
     "single_rail": (small("read"), "single_rail",
                     [r"requester\.r1\.p1\.placement", r"requester\.r1\.counters\.public"],
                     [rf"{R}\.{RN}\.(p\d+\.placement|wrs|qp_usage.*|counters\.(public|native))",
                      r"observer\.max_(inflight|parents)"]),
     # requester.py transfer: the serial order and the "one parent in flight" break
+    # requester.py transfer: serial in round 2 only (the whole run's maxima unchanged)
+    "serial_round_two": (small("read"), "serial_round_two", [r"requester\.r2\.qp_usage\.max_parents"],
+                         [r"requester\.r2\.qp_usage\.max_(parents|inflight)"]),
     "serial_parents": (small("read"), "serial_parents",
                        [rf"requester\.{RN}\.qp_usage\.max_parents", r"observer\.max_parents"],
                        # one parent's slices (4) are all a QP can then have in flight

@@ -85,7 +85,7 @@ def _told(start):
     return pin, told if isinstance(told, dict) else None
 
 
-def _told_cases(case):
+def told_cases(case):
     """(role, generation, case the runner was told, journal path) for each runner whose case the journal records.
 
     A runner without one is identity.case_files' finding; the other rules read only what is recorded.
@@ -219,7 +219,7 @@ def check_run(case):
         if ledger.get("run_id") != run_id:
             problems.append((f"{role} g{generation}: the ledger is of run {ledger.get('run_id')!r}, the plan's "
                              f"is {run_id!r}", path))
-    for role, generation, data, path in _told_cases(case):
+    for role, generation, data, path in told_cases(case):
         if data.get("run_id") != run_id:
             problems.append((f"{role} g{generation}: the runner was told run {data.get('run_id')!r}, the plan's "
                              f"is {run_id!r}", path))
@@ -248,7 +248,7 @@ def check_registration(case):
         wanted = (registrations[role], registrations[_other(role)])
         if seen != wanted:
             problems.append((f"{role} g{generation}: registration/peer {seen}, the plan's are {wanted}", path))
-    for role, generation, data, path in _told_cases(case):
+    for role, generation, data, path in told_cases(case):
         peer = data.get("peer_registration_id")
         # The source may learn its peer at the rendezvous: its case file may leave it out.
         peer_ok = peer == registrations[_other(role)] or (role == "source" and peer is None)
@@ -284,7 +284,7 @@ def check_defects(case):
         if not isinstance(seen, list) or sorted(map(str, seen)) != wanted:
             problems.append((f"{role} g{generation}: the ledger says defect switches {seen!r}, the plan {wanted}",
                              path))
-    for role, generation, data, path in _told_cases(case):
+    for role, generation, data, path in told_cases(case):
         seen = data.get("defects", [])
         if not isinstance(seen, list) or sorted(map(str, seen)) != wanted:
             problems.append((f"{role} g{generation}: the runner was given defect switches {seen!r}, the plan "
@@ -409,7 +409,7 @@ def check_artifacts(case):
                 if lifecycle.observer_loaded(observer, role, generation) and tool in observers \
                         and observers[tool] not in preloaded:
                     problems.append((f"{label}: observer {tool} (sha256 {observers[tool]}) was not preloaded", path))
-    for role, generation, data, path in _told_cases(case):
+    for role, generation, data, path in told_cases(case):
         told = data.get("verbs_library")
         told = told.get("sha256") if isinstance(told, dict) else told
         if told is not None and told != library:

@@ -214,7 +214,7 @@ def check_batch_failed(case):
       "the interrupted QP was destroyed successfully (the runner's receipt and the observer's destroy, after the "
       "error completion) before the engine's one drain receipt, when the provider held no QP; the source destroyed "
       "its QP towards it", witness=("observer", "runner", "peer"), needs=_OBS, applies=inflight_mode,
-      after=("inflight_dma.fault",))
+      after=("inflight_dma.fault", "steps.times"))
 def check_destroy_before_drain(case):
     section, where = _section(case, "requester")
     qpn = part(section, "wr").get("qpn")

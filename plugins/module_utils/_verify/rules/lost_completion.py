@@ -205,7 +205,7 @@ def _recovery(case, role, generation):
       "the survivor destroyed every QP affected by the lost round (the requester: each QP that carried a lost WR; "
       "the source: each QP towards the dead requester), each destroy successful, before its one drain receipt; the "
       "verbs provider held no QP of them at the drain",
-      witness=("runner", "peer"), applies=lost_mode, after=("lost_completion.withheld",))
+      witness=("runner", "peer"), applies=lost_mode, after=("lost_completion.withheld", "steps.times"))
 def check_destroy_before_drain(case):
     problems = []
     _fault, survivor = lifecycle.restart_roles(case.profile)

@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
+from itertools import compress, count, repeat
+from operator import eq, is_not, sub
 
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import rule
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import (
     MAX_PROBLEMS_SHOWN,
     each_ledger,
@@ -102,6 +105,50 @@ def check_sq_depth(case):
                             {"expected": f"<= {depth}", "observed": usage["max_inflight_wrs"]},
                         )
                     )
+    return problems
+
+
+def _in_flight_by_order(columns):
+    """{qpn: most payload WRs in flight at once} of one round's WR columns, replayed from the engine's own
+    process-wide order of posts and reaped completions (``posted_seq``, ``completed_seq``; a WR never
+    completed stays in flight). The most is reached right after a post: the k-th post of a QP has k
+    posted and, in flight, all but the QP's completions reaped before it (a bisection, in C)."""
+    qpns, posted, completed = columns["qpn"], columns["posted_seq"], columns["completed_seq"]
+    most = {}
+    for qpn in set(qpns):
+        mine = bytes(map(eq, qpns, repeat(qpn)))
+        posts = sorted(compress(posted, mine))
+        done = list(compress(completed, mine))
+        done = sorted(compress(done, map(is_not, done, repeat(None))))
+        most[qpn] = max(map(sub, count(1), map(bisect_left, repeat(done), posts)), default=0)
+    return most
+
+
+@applies("installed-host (no observer runs: the accounting observer's accounting.sq_depth sees the depth elsewhere)")
+def unobserved_rounds(profile, workload):
+    return profile["mode"] == "installed-host" and not any(o["tool"] == "accounting" for o in workload["observers"])
+
+
+@rule("qps.inflight_order", "qps",
+      "per round and QP, the payload WRs in flight at once, replayed from the requester's own order of posts and "
+      "completions (`posted_seq`, `completed_seq`), are at most eight and the maximum the engine states "
+      "(`qp_usage` `max_inflight_wrs`)",
+      witness=("profile", "runner"), applies=unobserved_rounds, after=("qps.sq_depth",))
+def check_inflight_order(case):
+    """Where no observer runs (installed-host) the engine's stated maximum is its word alone: it is
+    recomputed from the order it recorded, which a send queue deeper than stated shows."""
+    problems = []
+    depth = case.workload["send_queue_depth"]
+    for _role, generation, rnd, where in rounds(case, ("requester",)):
+        replayed = _in_flight_by_order(rnd["wrs"])
+        stated = {u["qpn"]: u["max_inflight_wrs"] for u in rnd["qp_usage"]}
+        over = {qpn: most for qpn, most in replayed.items() if most > depth}
+        differing = {qpn: (stated.get(qpn), most) for qpn, most in replayed.items() if stated.get(qpn) != most}
+        if over or differing:
+            problems.append((f"requester g{generation} round {rnd['round']}: replayed from its post and completion "
+                             f"order, payload WRs in flight over {depth}: {over}; stated vs replayed: "
+                             f"{dict(list(differing.items())[:MAX_PROBLEMS_SHOWN])}", f"{where}.wrs",
+                             {"expected": f"<= {depth} per QP, as stated", "observed": over or differing}))
     return problems
 
 

@@ -168,6 +168,45 @@ def check_survivor(case):
     return problems
 
 
+@applies("installed-restart")
+def plain_restart(profile, _workload):
+    return profile.get("mode") == lifecycle.RESTART_MODE
+
+
+def _left_live(ledger):
+    """The QPs a generation's ledger leaves live (never destroyed), sorted."""
+    return sorted((q.get("qpn") for q in ledger["qps"] if q.get("destroyed_round") is None), key=str)
+
+
+@rule("restart.retired", "restart",
+      "from generation 2 the QPs the survivor retires are exactly the ones the previous generation left live: its "
+      "own list at that restart point, the peers of the killed runner's QPs, and the verbs provider's count of QPs "
+      "the survivor then held (when the plan loads the provider)",
+      witness=("runner", "peer", "provider"), applies=plain_restart, after=("restart.restart_point",))
+def check_retired(case):
+    """A survivor that keeps a QP of its dead peer (or retires one it never had) says so nowhere else."""
+    problems = []
+    fault, survivor = lifecycle.restart_roles(case.profile)
+    for generation in list(case.generations())[1:]:
+        before = case.ledger(survivor, generation - 1)
+        retired = _restart(case.ledger(survivor, generation)).get("retired_qps")
+        retired = sorted(retired, key=str) if isinstance(retired, list) else retired
+        peers = sorted((q.get("peer_qpn") for q in case.ledger(fault, generation - 1)["qps"]
+                        if q.get("destroyed_round") is None), key=str)
+        wanted = {"its own live QPs": _left_live(before), "the killed runner's peers": peers}
+        if case.provider_planned():
+            point = _restart(before).get("restart_point")
+            held = point.get("provider_held") if isinstance(point, dict) else None
+            wanted["the provider's QP count"] = held.get("qp") if isinstance(held, dict) else None
+        found = {"its own live QPs": retired, "the killed runner's peers": retired,
+                 "the provider's QP count": len(retired) if isinstance(retired, list) else None}
+        wrong = {k: v for k, v in wanted.items() if found[k] != v}
+        if wrong:
+            problems.append((f"{survivor} g{generation}: retired QPs {retired}; generation {generation - 1} left "
+                             f"live {wrong}", f"{case.ledger_path(survivor, generation)}#restart.retired_qps"))
+    return problems
+
+
 @rule("restart.replacement", "restart",
       "each generation's fault-role runner is a new process (a pid of its own) with the same registration ID, the "
       "same service address as generation 1 (the requester: the same peer address, the source's)",

@@ -105,3 +105,16 @@ def test_the_corpus_covers_the_classes_and_is_all_caught(clean, tmp_path):
     print(f"\nconsistent defects caught with exactly their code: {len(cd.DEFECTS) - len(missed)} of "
           f"{len(cd.DEFECTS)}" + "".join(f"\n  {n}: wanted {w}, failed {f}" for n, (w, f) in missed.items()))
     assert missed == {}
+
+
+@pytest.mark.parametrize("rails", ["mlx5_0", [7, None], [{"device": ["x"], "port": "1"}], None])
+def test_garbage_pinned_rails_are_a_coded_failure(clean, tmp_path, rails):
+    """What the supervisor journaled as the runner's rails, whatever its shape, gives rails.pinned a
+    finding naming the rails, never a traceback."""
+    run_dir, case_dir = _copy(clean, tmp_path, "ih")
+    files = cd.CaseFiles(case_dir)
+    cd.told_rails(files, "requester", lambda _old: rails)
+    files.save()
+    failed, messages = _failures(run_dir)
+    assert failed == ["rails.pinned"], messages
+    assert any("rails" in message for _code, message in messages)

@@ -149,8 +149,12 @@ DEFECTS = [
     ("wrong_slicing", RAIL_ACCOUNTING, "counters.slicing"),
     ("stale_input", RAIL_ACCOUNTING, "ledger.fresh_input"),
     ("exceed_sq_depth", RAIL_ACCOUNTING, "qps.sq_depth"),
+    # no observer: the engine's WR order says what its stated maxima do not (three parents of a QP)
+    ("understate_sq_depth", dict(SMALL_HOST, num_lanes=1), "qps.inflight_order"),
+    ("understate_sq_depth", RAIL_ACCOUNTING, "accounting.sq_depth"),  # with an observer: its word
     ("single_rail", RAIL_ACCOUNTING, "counters.rails"),
     ("serial_parents", RAIL_ACCOUNTING, "accounting.outstanding"),
+    ("serial_round_two", RAIL_ACCOUNTING, "accounting.outstanding"),  # per round, not over the run
 ]
 
 
@@ -395,6 +399,8 @@ def test_every_registered_code_has_a_red_check():
     # lost_completion.*: its defect switches, a consistent defect and edited receipts
     # (tests/unit/sim/test_sim_lost_completion.py).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("lost_completion.")}
+    # steps.*: the lost-completion switch drain_first_renumbered and an edited receipt (same file).
+    elsewhere |= {code for code in REGISTRY.codes() if code.startswith("steps.")}
     # cleanup.*: cleanup-failure defect switches and edited receipts (tests/unit/sim/test_sim_cleanup_failure.py and
     # test_sim_cleanup_kinds.py, whose test_every_cleanup_code_and_switch_has_a_red_check covers every cleanup code).
     elsewhere |= {code for code in REGISTRY.codes() if code.startswith("cleanup.")}
