@@ -1,6 +1,6 @@
 # Two entry points, both safe on a fresh Debian machine (root or not):
 #   make demo   set up, then run the main job on the simulated lab
-#   make test   set up, then ruff, ansible-lint, the test suite and (as root) the molecule scenarios
+#   make test   set up, then ruff, ansible-lint, galaxy-importer, the test suite and (as root) the molecule scenarios
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system venv link demo test lint sanity integration unit molecule compat sanity-and-molecule \
-	build-collection bench clean
+	build-collection galaxy-import release bench clean
 
 setup: system venv link
 
@@ -73,13 +73,23 @@ integration: setup
 
 # sanity and molecule side by side (they share nothing: scripts/side_by_side.sh), then the steps that run a lab
 # on the fixed loopback addresses one after the other; pytest last, so its summary line closes the output.
-test: lint sanity-and-molecule integration compat unit
+test: lint galaxy-import sanity-and-molecule integration compat unit
 
 sanity-and-molecule: setup
 	@bash scripts/side_by_side.sh sanity molecule
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+# galaxy-importer (Galaxy's and Automation Hub's upload check) on that tarball, from its own venv
+# (scripts/galaxy-import.sh): it fails on the missing repository URL only, and imports whole once named one.
+galaxy-import: build-collection
+	@bash scripts/galaxy-import.sh
+
+# The tarball to publish: build/release/<tarball>, naming the collection's public repository (README, "Releasing").
+release: build-collection
+	@test -n "$(REPOSITORY)" || { echo "make release REPOSITORY=<the collection's https:// repository URL>" >&2; exit 2; }
+	@bash scripts/galaxy-import.sh "$(REPOSITORY)"
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

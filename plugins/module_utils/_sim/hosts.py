@@ -207,7 +207,7 @@ def rails_of(spec: Dict) -> List[Dict]:
             for key, gid in sorted(port.get("gids", {}).items(), key=lambda item: int(item[0])):
                 if gid.get("type") == ROCE_V2 and gid["gid"].startswith("0000:0000:0000:0000:0000:ffff:"):
                     words = gid["gid"].split(":")[6:]
-                    ipv4 = ".".join(str(int(w[i : i + 2], 16)) for w in words for i in (0, 2))
+                    ipv4 = ".".join(str(int(w[i:i + 2], 16)) for w in words for i in (0, 2))
                     rails.append(
                         {
                             "device": device["name"],

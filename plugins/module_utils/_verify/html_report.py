@@ -267,8 +267,8 @@ def render_html(verdict, plots=None, artifact_lines=()):
         f'{_e(c["verdict"])}</span></li>' for c in verdict.get("cases") or []) + "</ul>")
     run_findings = verdict.get("run_findings") or []
     out.append('<h2 id="run">Run findings</h2>')
-    out += _findings_table([f for f in run_findings if f["status"] == FAIL] +
-                           [f for f in run_findings if f["status"] != FAIL], "run", "run-findings")
+    failed_first = sorted(run_findings, key=lambda finding: finding["status"] != FAIL)  # stable: order kept
+    out += _findings_table(failed_first, "run", "run-findings")
     for case in verdict.get("cases") or []:
         case_id = case["case"]
         out.append(f'<section class="case" id="case-{_e(case_id)}" data-case="{_e(case_id)}">'
