@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # galaxy-importer, the check Galaxy and Automation Hub run on an uploaded tarball, on the one `make
-# build-collection` built, from its own venv (it brings its own ansible-lint, flake8 and ansible-core).
+# build-collection` built, from the publishing checks' venv (it brings its own ansible-lint, flake8 and ansible-core).
 # Usage: scripts/galaxy-import.sh               (make test) the tarball fails on the missing repository URL only,
 #                                               and rebuilt naming a stand-in URL it imports whole
 #        scripts/galaxy-import.sh URL           (make release REPOSITORY=URL) build/release/<tarball> naming URL,
@@ -8,12 +8,7 @@
 # Known warnings, and why each stays: docs/publishing.md (scripts/galaxy_import.py checks them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${GALAXY_IMPORTER_VENV:-.venv-galaxy-importer}
-if ! "$venv/bin/python" -c 'import galaxy_importer' 2>/dev/null; then
-  "${PYTHON:-python3}" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --upgrade pip
-  "$venv/bin/pip" install --quiet "galaxy-importer>=0.4.44,<0.5"
-fi
+venv=${PUBLISH_VENV:-.venv-publish}  # made by make (scripts/publish-requirements.txt)
 version=$(sed -n 's/^version: *//p' galaxy.yml)
 tarball=build/orbite-qualification-$version.tar.gz
 import=("$venv/bin/python" scripts/galaxy_import.py)
