@@ -52,7 +52,8 @@ def test_a_missing_playbook_is_unexplained_even_in_the_known_form(script):
 def test_the_playbooks_are_read_from_the_tarball(script, tmp_path):
     tarball = tmp_path / "orbite-qualification-0.2.0.tar.gz"
     with tarfile.open(tarball, "w:gz") as archive:
-        for name in ("playbooks/rail_accounting.yml", "playbooks/vars/rail_accounting.yml", "docs/examples/awx/survey.json"):
+        names = ("playbooks/rail_accounting.yml", "playbooks/vars/rail_accounting.yml", "docs/examples/awx/survey.json")
+        for name in names:
             info = tarfile.TarInfo(name)
             archive.addfile(info, io.BytesIO(b""))
     assert script.tarball_playbooks(tarball) == {"rail_accounting"}
