@@ -1,6 +1,7 @@
 # Two entry points, both safe on a fresh Debian machine (root or not):
 #   make demo   set up, then run the main job on the simulated lab
-#   make test   set up, then ruff, ansible-lint, antsibull-docs' docs lint, galaxy-importer, the test suite and (as root) the molecule scenarios
+#   make test   set up, then ruff, ansible-lint, antsibull-docs' docs lint, galaxy-importer, the test suite
+#               and (as root) the molecule scenarios
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
