@@ -166,7 +166,8 @@ def release_build(repository, tarball, output_dir, galaxy_yml_path):
     text = release_galaxy_yml(Path(galaxy_yml_path).read_text(encoding="utf-8"), repository)
     with tempfile.TemporaryDirectory(prefix="orbite-release-") as source:
         with tarfile.open(tarball) as archive:
-            archive.extractall(source, filter="data")
+            # Our own build; the "data" filter where this Python has it (3.11.4 and later).
+            archive.extractall(source, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         for generated in ("MANIFEST.json", "FILES.json"):
             (Path(source) / generated).unlink()
         (Path(source) / "galaxy.yml").write_text(text, encoding="utf-8")
