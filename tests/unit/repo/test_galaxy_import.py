@@ -4,7 +4,11 @@ read the script's rules without it."""
 
 import importlib.util
 import io
+import json
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -88,3 +92,27 @@ def test_the_release_refuses_a_repository_that_is_no_https_url(script, url):
 def test_the_release_refuses_a_second_repository(script):
     with pytest.raises(ValueError, match="names a repository already"):
         script.release_galaxy_yml("namespace: orbite\nrepository: https://a.example/o/q\n", "https://b.example/o/q")
+
+
+def test_the_release_rebuilds_the_tested_files_naming_the_repository(script, tmp_path):
+    """The release tarball holds exactly the built tarball's files; only MANIFEST.json gains the repository."""
+    source = tmp_path / "src"
+    (source / "plugins" / "modules").mkdir(parents=True)
+    (source / "plugins" / "modules" / "thing.py").write_text("# a module\n")
+    (source / "README.md").write_text("# demo\n")
+    galaxy_yml = "namespace: demo\nname: coll\nversion: 1.2.3\nreadme: README.md\nauthors: [someone]\n"
+    (source / "galaxy.yml").write_text(galaxy_yml)
+    built = tmp_path / "built"
+    subprocess.run([Path(sys.executable).parent / "ansible-galaxy", "collection", "build", "--output-path",
+                    str(built), str(source)], check=True, stdout=subprocess.DEVNULL)
+    (source / "plugins" / "modules" / "later.py").write_text("# not in the tested tarball\n")
+    tarball = built / "demo-coll-1.2.3.tar.gz"
+    released = script.release_build("https://example.invalid/demo/coll", tarball, tmp_path / "release",
+                                     source / "galaxy.yml")
+    assert released == tmp_path / "release" / "demo-coll-1.2.3.tar.gz"
+    with tarfile.open(tarball) as before, tarfile.open(released) as after:
+        assert sorted(before.getnames()) == sorted(after.getnames())
+        manifest = json.load(after.extractfile("MANIFEST.json"))
+        assert json.load(before.extractfile("MANIFEST.json"))["collection_info"]["repository"] is None
+    assert manifest["collection_info"]["repository"] == "https://example.invalid/demo/coll"
+    assert (source / "galaxy.yml").read_text() == galaxy_yml  # the checkout's galaxy.yml is left as it was
