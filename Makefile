@@ -1,6 +1,7 @@
 # Two entry points, both safe on a fresh Debian machine (root or not):
 #   make demo   set up, then run the main job on the simulated lab
-#   make test   set up, then ruff, ansible-lint, the test suite and (as root) the molecule scenarios
+#   make test   set up, then ruff, ansible-lint, antsibull-docs' docs lint, galaxy-importer, the test suite
+#               and (as root) the molecule scenarios
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system venv link demo test lint sanity integration unit molecule compat sanity-and-molecule \
-	build-collection bench clean
+	build-collection publish-venv galaxy-import docs-lint release bench clean
 
 setup: system venv link
 
@@ -73,13 +74,38 @@ integration: setup
 
 # sanity and molecule side by side (they share nothing: scripts/side_by_side.sh), then the steps that run a lab
 # on the fixed loopback addresses one after the other; pytest last, so its summary line closes the output.
-test: lint sanity-and-molecule integration compat unit
+test: lint docs-lint galaxy-import sanity-and-molecule integration compat unit
 
 sanity-and-molecule: setup
 	@bash scripts/side_by_side.sh sanity molecule
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+# The publishing checks' own venv: galaxy-importer brings its own ansible-core, ansible-lint and flake8.
+PUBLISH_VENV ?= .venv-publish
+export PUBLISH_VENV
+publish-venv: $(PUBLISH_VENV)/.installed
+
+$(PUBLISH_VENV)/.installed: scripts/publish-requirements.txt
+	@test -x $(PUBLISH_VENV)/bin/python || $(PYTHON) -m venv $(PUBLISH_VENV)
+	$(PUBLISH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PUBLISH_VENV)/bin/python -m pip install --quiet -r scripts/publish-requirements.txt
+	@touch $@
+
+# galaxy-importer (Galaxy's and Automation Hub's upload check) on that tarball (scripts/galaxy-import.sh): it
+# fails on the missing repository URL only, and imports whole once named one (docs/publishing.md).
+galaxy-import: build-collection publish-venv
+	@bash scripts/galaxy-import.sh
+
+# The plugin and role docs as the docs site renders them (antsibull-docs: markup, references, schemas).
+docs-lint: setup publish-venv
+	$(PUBLISH_VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs $(COLL_LINK)
+
+# The tarball to publish: build/release/<tarball>, naming the collection's public repository (README, "Releasing").
+release: build-collection publish-venv
+	@test -n "$(REPOSITORY)" || { echo "make release REPOSITORY=<the collection's https:// repository URL>" >&2; exit 2; }
+	@bash scripts/galaxy-import.sh "$(REPOSITORY)"
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

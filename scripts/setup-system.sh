@@ -5,9 +5,10 @@
 set -euo pipefail
 # libibverbs1 + ibverbs-providers: rdma-core's own enumeration of the fake hosts (the inventory's
 # libibverbs cross-check, through ctypes); python3-pyverbs: its optional port/GID comparison;
-# ibverbs-utils, perftest and rdmacm-utils: rdma-core's own clients run against the loopback provider.
+# ibverbs-utils, perftest and rdmacm-utils: rdma-core's own clients run against the loopback provider;
+# chromium-headless-shell: verdict.html rendered by a real browser (tests/unit/plugins/module_utils/_verify).
 wanted=(openssh-server openssh-client libibverbs-dev libibverbs1 ibverbs-providers gcc make python3-pyverbs
-        ibverbs-utils perftest rdmacm-utils)
+        ibverbs-utils perftest rdmacm-utils chromium-headless-shell)
 missing=()
 for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -71,6 +71,12 @@ options:
     description:
       - The only user sshd of a namespaced host lets in; defaults to the user running the module.
     type: str
+  created_by:
+    description:
+      - The collection directory (a checkout or an installed copy) making the lab; the sim_lab role passes its own.
+        Recorded in the host's lab record, so that a refusal to touch what another lab wrote names whose lab it
+        is (two checkouts share one default work directory).
+    type: path
   sshd:
     description:
       - The sshd binary.
@@ -231,6 +237,7 @@ def main():
             "ssh_port": {"type": "int"},
             "authorized_key_file": {"type": "path"},
             "ssh_user": {"type": "str"},
+            "created_by": {"type": "path"},
             "sshd": {"type": "path", "default": "/usr/sbin/sshd"},
             "unshare": {"type": "str", "default": "unshare"},
             "ssh_keygen": {"type": "str", "default": "ssh-keygen", "no_log": False},  # a program name, not a key

@@ -29,11 +29,12 @@ def lab(tmp_path_factory, repo_root, ansible_env):
 
 
 def _three_formats(run_dir):
-    """(verdict.json's verdict, JUnit failures and failing testcases, Markdown title) as on disk."""
+    """(verdict.json's verdict, JUnit failures and failing testcases, Markdown title) as on disk; a case not
+    verified is a JUnit error, failing too."""
     verdict = json.loads((run_dir / "verdict.json").read_text())["verdict"]
     junit = ET.parse(run_dir / "verdict.xml").getroot()
     failing = {(suite.get("name"), case.get("name")) for suite in junit for case in suite
-               if case.find("failure") is not None}
+               if case.find("failure") is not None or case.find("error") is not None}
     title = (run_dir / "verdict.md").read_text().splitlines()[0]
     return verdict, int(junit.get("failures")), failing, title
 

@@ -50,7 +50,7 @@ def _stat_fields(pid: int) -> List[bytes]:
     with open(f"/proc/{pid}/stat", "rb") as handle:
         data = handle.read()
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
-    return data[data.rindex(b")") + 2 :].split()
+    return data[data.rindex(b")") + 2:].split()
 
 
 def proc_start_time(pid: int) -> int:

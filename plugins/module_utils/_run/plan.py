@@ -80,8 +80,8 @@ def _deploy_entry(name, pin, file):
     file null where the run pins no such file (the supervisor's deploy names it)."""
     if not pin:
         return {"name": name, "src": None, "sha256": None, "file": None}
-    return {"name": name, "src": pin["path"], "sha256": pin["sha256"], "file": file or
-            os.path.join(DEPLOY_DIR, os.path.basename(pin["path"]))}
+    deployed = file or os.path.join(DEPLOY_DIR, os.path.basename(pin["path"]))
+    return {"name": name, "src": pin["path"], "sha256": pin["sha256"], "file": deployed}
 
 
 def _role_generations(observers, role, generations):

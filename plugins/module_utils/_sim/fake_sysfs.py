@@ -150,7 +150,7 @@ def guid_from_mac(mac):
     """node GUID text (4 groups) derived from a MAC, the way mlx5 RoCE firmware usually does."""
     octets = mac.split(":")
     raw = "".join(octets[:3]) + "0300" + "".join(octets[3:])
-    return ":".join(raw[i : i + 4] for i in range(0, 16, 4))
+    return ":".join(raw[i:i + 4] for i in range(0, 16, 4))
 
 
 def roce_gid_pair(address, ndev):

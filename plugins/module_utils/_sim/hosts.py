@@ -26,6 +26,7 @@ Controller side, stdlib only, Python >= 3.9.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import pwd
@@ -97,6 +98,7 @@ class HostRequest:
     unshare: str = "unshare"
     sshd: str = "/usr/sbin/sshd"
     ssh_keygen: str = "ssh-keygen"
+    created_by: Optional[str] = None
 
     @property
     def root(self) -> str:
@@ -143,6 +145,12 @@ def build_request(params: Dict, state: str = "present") -> HostRequest:
     if state == "present" or index is not None:
         index = _as_int("index", index, 0, SIM_MAX_INDEX)
     request = {"lab_dir": lab_dir, "name": name, "index": index, "kind": kind}
+    created_by = params.get("created_by")
+    if created_by is not None and (not isinstance(created_by, str) or not os.path.isabs(created_by)):
+        raise SimLabArgumentError("created_by", created_by,
+                                  "must be the absolute path of the collection making the lab")
+    if created_by:
+        request["created_by"] = os.path.normpath(created_by)
     if kind == "namespaced" and state == "present":
         request["ssh_port"] = _as_int("ssh_port", params.get("ssh_port"), 1, 65535)
         address = params.get("ssh_address") or "127.0.0.1"
@@ -181,8 +189,32 @@ def load_record(request: HostRequest) -> Optional[Dict]:
 
 
 def _write_record(request: HostRequest, record: Dict) -> None:
+    if request.created_by:
+        record["created_by"] = request.created_by
     private_dir(os.path.dirname(request.record_path), "the host record's directory")
     atomic_write_json(request.record_path, record, mode=0o600)
+
+
+def _lab_makers(lab_dir: str) -> List[str]:
+    """The collections (checkouts or installed copies) the lab's host records say made them."""
+    makers: List[str] = []
+    for path in sorted(glob.glob(os.path.join(lab_dir, LAB_STATE_DIR, "hosts", "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                maker = json.load(handle).get("created_by")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(maker, str) and maker not in makers:
+            makers.append(maker)
+    return makers
+
+
+def _whose_lab(request: HostRequest) -> str:
+    """Whose lab holds what was found, and how to run another beside it: two checkouts share one default work dir."""
+    makers = _lab_makers(request.lab_dir)
+    whose = (f"it is the lab {', '.join(makers)} made" if makers else "no lab record there names who made it")
+    return (f"{whose} (lab {request.lab_dir}, work directory {os.path.dirname(request.lab_dir)}); for a lab of "
+            "your own beside it, pick another work directory: ORBITE_WORK_DIR=<dir> (or -e orbite_work_dir=<dir>)")
 
 
 # ---------------------------------------------------------------- the host root
@@ -198,7 +230,7 @@ def rails_of(spec: Dict) -> List[Dict]:
             for key, gid in sorted(port.get("gids", {}).items(), key=lambda item: int(item[0])):
                 if gid.get("type") == ROCE_V2 and gid["gid"].startswith("0000:0000:0000:0000:0000:ffff:"):
                     words = gid["gid"].split(":")[6:]
-                    ipv4 = ".".join(str(int(w[i : i + 2], 16)) for w in words for i in (0, 2))
+                    ipv4 = ".".join(str(int(w[i:i + 2], 16)) for w in words for i in (0, 2))
                     rails.append(
                         {
                             "device": device["name"],
@@ -237,14 +269,15 @@ def _root_intact(request: HostRequest) -> bool:
     )
 
 
-def _write_root(request: HostRequest) -> str:
-    """Write the fake host root with a fresh boot ID and its private lock dir; return the boot ID."""
+def _write_root(request: HostRequest, whose: str) -> str:
+    """Write the fake host root with a fresh boot ID and its private lock dir; return the boot ID. ``whose``:
+    whose lab it was before this request rewrote the host's record (for the refusal)."""
     spec = sim_host_spec(request.index, request.name)
     spec["boot_id"] = str(uuid.uuid4())
     try:
         write_host(request.root, spec)
     except FakeSysfsError as exc:
-        raise SimLabStateError(f"host {request.name}: cannot write its root {request.root}: {exc}") from None
+        raise SimLabStateError(f"host {request.name}: cannot write its root {request.root}: {exc}; {whose}") from None
     lock_dir = os.path.join(request.root, LOCK_DIR)
     private_dir(lock_dir, "the host's lock dir")
     return spec["boot_id"]
@@ -263,7 +296,7 @@ def _check_not_foreign(request: HostRequest, action: str) -> None:
     if os.path.lexists(root) and (not os.path.isdir(root) or os.listdir(root)):
         raise SimLabStateError(
             f"host {request.name}: {root} exists but the lab has no record of creating it "
-            f"({request.record_path}); refusing to {action} it"
+            f"({request.record_path}); refusing to {action} it; {_whose_lab(request)}"
         )
 
 
@@ -325,8 +358,9 @@ def ensure_present(request: HostRequest, check_mode: bool = False) -> Tuple[bool
         "index": request.index,
         "status": "creating",
     }
+    whose = _whose_lab(request)
     _write_record(request, record)  # first: a crash from here on still leaves a destroyable host
-    _write_root(request)
+    _write_root(request, whose)
     record["status"] = "ready"
     _write_record(request, record)
     return True, describe(request, record)
@@ -387,11 +421,12 @@ def _present_namespaced(request: HostRequest, record: Optional[Dict], check_mode
         "index": request.index,
         "status": "creating",
     }
+    whose = _whose_lab(request)
     _write_record(request, record)
     if _root_intact(request):
         _reboot(request)
     else:
-        _write_root(request)
+        _write_root(request, whose)
     # The host's own /var/tmp (node work dir: receipts, deployed runner), kept in its root.
     var_tmp = os.path.join(request.root, "var", "tmp")
     os.makedirs(var_tmp, exist_ok=True)

@@ -132,7 +132,7 @@ def _stat_fields(pid: int) -> Optional[List[str]]:
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    return text[text.rindex(")") + 2 :].split()
+    return text[text.rindex(")") + 2:].split()
 
 
 def process_start_time(pid: int) -> Optional[int]:

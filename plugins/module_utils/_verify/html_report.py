@@ -13,6 +13,7 @@ what was drawn. Readable in a browser and in AWX's artifact view (plain HTML wit
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.plots import LANES
@@ -27,9 +28,9 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#1d2329;max-width:1100px}
 h1 .FAIL,h2 .FAIL,.FAIL{color:#c0392b}.PASS{color:#1e7d32}.INCOMPLETE,.SKIP{color:#8a6d00}
 table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccd;padding:.25em .5em;
-vertical-align:top;text-align:left;font-size:.9em}th{background:#eef1f4}code,.mono{font-family:monospace;
-word-break:break-all}svg{border:1px solid #ccd;background:#fff;margin:.25em 0 1em}details{margin:.5em 0}
-.note{color:#555;font-size:.9em}
+vertical-align:top;text-align:left;font-size:.9em}th{background:#eef1f4}code,.mono{font-family:monospace}
+.mono{overflow-wrap:anywhere}td.code{white-space:nowrap}svg{border:1px solid #ccd;background:#fff;margin:.25em 0 1em}
+details{margin:.5em 0}.note{color:#555;font-size:.9em}
 """
 
 
@@ -57,7 +58,8 @@ def _finding_rows(findings, case_id):
         first = figures[0]
         rows.append(
             f'<tr class="finding {_e(found["status"])}" data-case="{_e(case_id)}" data-code="{_e(found["code"])}">'
-            f'<td><code>{_e(found["code"])}</code></td><td class="{_e(found["status"])}">{_e(found["status"])}</td>'
+            f'<td class="code"><code>{_e(found["code"])}</code></td>'
+            f'<td class="{_e(found["status"])}">{_e(found["status"])}</td>'
             f'<td>{_e(found.get("message") or found.get("meaning"))}</td>'
             f'<td class="evidence-path mono">{_e(path)}</td><td class="evidence-json mono">{_e(where)}</td>'
             f'<td class="expected mono">{_json(first.get("expected"))}</td>'
@@ -165,20 +167,67 @@ def inflight_plot(entry):
     return _svg("inflight", height, body, f"WRs in flight per QP, g{entry['generation']} {entry['tool']}")
 
 
+LABEL_CHAR_PX = 6.5  # an upper bound of a 10 px sans-serif character's width, to keep labels clear of the markers
+MARKER_R = 4
+
+
+def _nice_step(span, ticks=6):
+    """A round tick step (1, 2 or 5 times a power of ten) giving at most ``ticks`` intervals over ``span``."""
+    raw = span / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    return next(step * power for step in (1, 2, 5, 10) if step * power >= raw)
+
+
+def _seconds_label(value, step):
+    decimals = max(0, -math.floor(math.log10(step)))
+    return f"{value:.{decimals}f} s"
+
+
+def _time_axis(left, right, y, end):
+    """Ticks and labels in seconds from the case's first event, under the lanes."""
+    step = _nice_step(end)
+    body = [f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#333"/>']
+    count = int(end / step + 1e-9)
+    for index in range(count + 1):
+        value = index * step
+        x = left + value / end * (right - left)
+        body.append(f'<line class="tick" data-t="{value:g}" x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{y + 5:.1f}" '
+                    'stroke="#333"/>')
+        body.append(_text(x, y + 17, _seconds_label(value, step), 10, "middle"))
+    body.append(_text(right, y + 31, "seconds since the case's first journal event", 10, "end", "#555"))
+    return body
+
+
+def _timeline_key(y):
+    """What a marker's colour says, and that each marker is one journal event."""
+    body = [_text(PAD, y, "key: one dot per journal event, by lane:", 10, "start", "#555")]
+    x = PAD + 215
+    for lane_name in LANES:
+        body.append(f'<g class="key" data-lane="{_e(lane_name)}"><circle cx="{x:.1f}" cy="{y - 3.5:.1f}" '
+                    f'r="{MARKER_R}" fill="{LANE_COLORS[lane_name]}"/>{_text(x + 8, y, lane_name, 10)}</g>')
+        x += 16 + len(lane_name) * LABEL_CHAR_PX + 14
+    return body
+
+
 def timeline_plot(rows):
-    """One band per role, one row per lane (locks, children, supervisor); a marker per journal event."""
+    """One band per role, one row per lane (locks, children, supervisor); a marker per journal event, under a time
+    axis in seconds and a key of the lanes' colours. The lane labels end left of the first possible marker."""
     if not rows:
         return '<p class="note">No node timeline: no journal could be read.</p>'
     row_h = 22
-    height = 40 + len(rows) * (len(LANES) * row_h + 16)
+    lanes_h = len(rows) * (len(LANES) * row_h + 16)
+    height = 48 + lanes_h + 44
     end = max([e["t"] for row in rows for e in row["events"]] + [1e-6])
-    left, right = PAD + 90, WIDTH - PAD
-    body = [_text(PAD, 16, f"node timeline from the supervisor journals ({end:.3f} s)", 12)]
-    y = 30
+    longest = max(len(f"{row['role']} {lane_name}") for row in rows for lane_name in LANES)
+    label_end = PAD + longest * LABEL_CHAR_PX
+    left, right = label_end + 2 * MARKER_R + 8, WIDTH - PAD
+    body = [_text(PAD, 16, f"node timeline from the supervisor journals ({end:.3f} s)", 12), *_timeline_key(34)]
+    y = 46
     for row in rows:
         for lane_index, lane_name in enumerate(LANES):
             ly = y + lane_index * row_h + row_h / 2
-            body.append(_text(PAD, ly + 4, f"{row['role']} {lane_name}", 10))
+            body.append(f'<text class="lane-label" x="{label_end:.1f}" y="{ly + 4:.1f}" font-size="10" '
+                        f'text-anchor="end" fill="#1d2329">{_e(row["role"])} {_e(lane_name)}</text>')
             body.append(f'<line x1="{left}" y1="{ly:.1f}" x2="{right}" y2="{ly:.1f}" stroke="#dde"/>')
         for event in row["events"]:
             lane_index = LANES.index(event["lane"])
@@ -186,10 +235,11 @@ def timeline_plot(rows):
             ey = y + lane_index * row_h + row_h / 2
             body.append(f'<circle class="event" data-role="{_e(row["role"])}" data-ev="{_e(event["ev"])}" '
                         f'data-lane="{_e(event["lane"])}" data-t="{_e(event["t"])}" data-seq="{_e(event["seq"])}" '
-                        f'cx="{ex:.1f}" cy="{ey:.1f}" r="4" fill="{LANE_COLORS[event["lane"]]}">'
+                        f'cx="{ex:.1f}" cy="{ey:.1f}" r="{MARKER_R}" fill="{LANE_COLORS[event["lane"]]}">'
                         f'<title>{_e(row["role"])} +{event["t"]:.6f} s {_e(event["ev"])} {_e(event["label"])}'
                         f'</title></circle>')
         y += len(LANES) * row_h + 16
+    body += _time_axis(left, right, y, end)
     return _svg("timeline", height, body, "node timeline: locks, children, supervisor")
 
 
@@ -267,8 +317,8 @@ def render_html(verdict, plots=None, artifact_lines=()):
         f'{_e(c["verdict"])}</span></li>' for c in verdict.get("cases") or []) + "</ul>")
     run_findings = verdict.get("run_findings") or []
     out.append('<h2 id="run">Run findings</h2>')
-    out += _findings_table([f for f in run_findings if f["status"] == FAIL] +
-                           [f for f in run_findings if f["status"] != FAIL], "run", "run-findings")
+    failed_first = sorted(run_findings, key=lambda finding: finding["status"] != FAIL)  # stable: order kept
+    out += _findings_table(failed_first, "run", "run-findings")
     for case in verdict.get("cases") or []:
         case_id = case["case"]
         out.append(f'<section class="case" id="case-{_e(case_id)}" data-case="{_e(case_id)}">'

@@ -138,19 +138,26 @@ def _seconds(value):
     return f"{float(value or 0.0):.6f}"
 
 
-def _testcase(suite, classname, name, findings, seconds):
-    """One testcase: failure when any finding failed, skipped when all were skipped."""
-    case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=_seconds(seconds))
-    failed = [f for f in findings if f["status"] == FAIL]
-    if failed:
-        failure = ET.SubElement(case, "failure", message=", ".join(f["code"] for f in failed), type=failed[0]["code"])
-        failure.text = "\n".join(f"[{f['code']}] {f['message'] or f['meaning']}"
-                                 + (f" (evidence: {f['evidence']})" if f["evidence"] else "") for f in failed)
+def _testcase(suite, classname, found):
+    """One finding as one testcase (its code the name), so the JUnit counts are verdict.json's."""
+    case = ET.SubElement(suite, "testcase", classname=classname, name=found["code"], time=_seconds(found.get("time")))
+    why = found["message"] or found["meaning"]
+    if found["status"] == FAIL:
+        failure = ET.SubElement(case, "failure", message=why or found["code"], type=found["code"])
+        failure.text = f"[{found['code']}] {why}" + (f" (evidence: {found['evidence']})" if found["evidence"] else "")
         return "failure"
-    if findings and all(f["status"] == SKIP for f in findings):
-        ET.SubElement(case, "skipped", message=findings[0]["message"])
+    if found["status"] == SKIP:
+        ET.SubElement(case, "skipped", message=why)
         return "skipped"
     return "pass"
+
+
+def _not_verified(suite, case_id):
+    """A planned case the run did not verify: an error (it never ran), so its suite is not green."""
+    case = ET.SubElement(suite, "testcase", classname=case_id, name="verification", time=_seconds(0))
+    ET.SubElement(case, "error", type="run.incomplete",
+                  message="planned, not verified: the run did not finish (INCOMPLETE, not a PASS)")
+    return "error"
 
 
 def artifact_lines(verdict):
@@ -190,14 +197,16 @@ def _suite(parent, name, seconds):
 def _count(element, outcomes):
     element.set("tests", str(len(outcomes)))
     element.set("failures", str(outcomes.count("failure")))
+    element.set("errors", str(outcomes.count("error")))
     element.set("skipped", str(outcomes.count("skipped")))
 
 
 def junit_xml(verdict):
-    """One testsuite for the run's own findings and one per planned case, one testcase per rule group.
+    """One testsuite for the run's own findings and one per planned case, one testcase per finding (classname
+    ``<case>.<group>``): failures and skipped are verdict.json's ``fail`` and ``skip`` counts.
 
-    A planned case not verified (INCOMPLETE) is a failing testcase, so no JUnit reader counts an
-    unfinished run as green.
+    A planned case not verified (INCOMPLETE) has no findings: its one testcase is an error, so no JUnit reader
+    counts an unfinished run as green (errors = ``cases_incomplete``).
     """
     run_id = str(verdict.get("run_id"))
     root = ET.Element("testsuites", name=f"orbite {run_id}", tests="0", failures="0", errors="0", skipped="0",
@@ -210,21 +219,15 @@ def junit_xml(verdict):
         properties = ET.SubElement(suite, "properties")  # what this verdict qualifies
         for name, value in artifact_lines(verdict):
             ET.SubElement(properties, "property", name=name, value=str(value))
-        outcomes = [_testcase(suite, "run", f["code"], [f], 0) for f in run_findings]
+        outcomes = [_testcase(suite, "run", f) for f in run_findings]
         _count(suite, outcomes)
         everything += outcomes
     for case in verdict["cases"]:
         suite = _suite(root, case["case"], case.get("time", 0))
-        if case["verdict"] == INCOMPLETE:
-            pending = {"code": "run.incomplete", "status": FAIL, "message": "planned, not verified: the run did "
-                       "not finish (INCOMPLETE, not a PASS)", "meaning": "", "evidence": None}
-            outcomes = [_testcase(suite, case["case"], "verification", [pending], 0)]
+        if case["verdict"] == INCOMPLETE and not case["findings"]:
+            outcomes = [_not_verified(suite, case["case"])]
         else:
-            groups = {}
-            for found in case["findings"]:
-                groups.setdefault(found["group"], []).append(found)
-            outcomes = [_testcase(suite, case["case"], group, found, sum(f.get("time", 0) for f in found))
-                        for group, found in groups.items()]
+            outcomes = [_testcase(suite, f"{case['case']}.{found['group']}", found) for found in case["findings"]]
         _count(suite, outcomes)
         everything += outcomes
     _count(root, everything)

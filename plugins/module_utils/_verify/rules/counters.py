@@ -89,7 +89,8 @@ def check_slicing(case):
             mine = list(compress(positions, map(eq, wrs["parent"], repeat(parent))))
             found = _parent_slicing(wrs, mine, sizes, block, local.get(parent), remote.get(parent))
             if found:
-                problems.append((f"{label} parent {parent}: {found}", f"{where}.wrs"))
+                message, figures = found
+                problems.append((f"{label} parent {parent}: {message}", f"{where}.wrs", figures))
                 break  # one parent names the fault; the others usually repeat it
     return problems
 
@@ -114,14 +115,17 @@ def _sliced_as_derived(wrs, parents, sizes, block, local, remote):
 
 
 def _parent_slicing(wrs, mine, sizes, block, local, remote):
-    """What is wrong with one parent's WRs (``mine``: their indices in the round's WR columns), or None."""
+    """What is wrong with one parent's WRs (``mine``: their indices in the round's WR columns): (message,
+    {"expected", "observed"}), or None."""
     numbers = list(map(wrs["slice"].__getitem__, mine))
     if sorted(numbers) != list(range(len(sizes))):
         seen = sorted(set(numbers))
         twice = sorted(number for number, many in Counter(numbers).items() if many > 1)
         got = list(map(wrs["bytes"].__getitem__, mine))
         return (f"{len(numbers)} slices {_first(seen)} (twice: {_first(twice)}) of {_runs(got)}, expected each "
-                f"of 0..{len(sizes) - 1} exactly once, {_runs(sizes)}")
+                f"of 0..{len(sizes) - 1} exactly once, {_runs(sizes)}",
+                {"expected": {"slices": list(range(len(sizes))), "bytes": _runs(sizes)},
+                 "observed": {"slices": sorted(numbers), "bytes": _runs(got)}})
     for wr in sorted(wr_rows(wrs, mine, ("wr_id", "slice", "bytes", "local_offset", "remote_offset")),
                      key=itemgetter("slice")):
         number = wr["slice"]
@@ -130,7 +134,8 @@ def _parent_slicing(wrs, mine, sizes, block, local, remote):
                 "remote_offset": None if remote is None else remote + number * block}
         got = {key: wr.get(key) for key in want}
         if got != want:
-            return f"slice {number} (wr_id {wr['wr_id']}) is {got}, expected {want} (the parent's regions + s x block)"
+            return (f"slice {number} (wr_id {wr['wr_id']}) is {got}, expected {want} (the parent's regions + s x "
+                    "block)", {"expected": want, "observed": got})
     return None
 
 
@@ -192,8 +197,10 @@ def check_placement(case):
         misplaced = [(p["parent"], (p["rail"], p.get("lane")), placement.get(p["parent"])) for p in rnd["parents"]
                      if (p["rail"], p.get("lane")) != placement.get(p["parent"])]
         if misplaced:
-            problems.append((f"{label}: parents (parent, rail/lane, documented) {misplaced[:MAX_PROBLEMS_SHOWN]}",
-                             f"{where}.parents"))
+            shown = misplaced[:MAX_PROBLEMS_SHOWN]
+            problems.append((f"{label}: parents (parent, rail/lane, documented) {shown}", f"{where}.parents",
+                             {"expected": {str(p): documented for p, _at, documented in shown},
+                              "observed": {str(p): at for p, at, _documented in shown}}))
             continue
         qpn_of = {p["parent"]: p.get("qpn") for p in rnd["parents"]}
         wrs = rnd["wrs"]

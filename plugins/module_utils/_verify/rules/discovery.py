@@ -91,7 +91,8 @@ def check_discovery_lists(case):
         got = {name: lists.get(name) for name in ("whitelist", "blacklist")}
         if any(not isinstance(v, list) or sorted(v, key=str) != locks for v in got.values()):
             problems.append((f"{role} g{generation}: the engine's lists {got}, the gate gives both as the locked "
-                             f"RNICs {locks}", f"{path}#discovery"))
+                             f"RNICs {locks}", f"{path}#discovery",
+                             {"expected": {"whitelist": locks, "blacklist": locks}, "observed": got}))
     return problems
 
 
@@ -148,6 +149,9 @@ def _gid_entry(inventory, device, port, index):
     return None
 
 
+_RAIL_FACTS = ("gid", "gid_type", "netdev", "numa_node")  # a rail's facts the inventory states
+
+
 @rule("discovery.gids", "discovery",
       "each rail's GID, GID type, netdev and NUMA node are the inventory's entry at its device, port and GID index",
       witness=("inventory",), needs=("ledgers", "inventories"), applies=auto_discovery,
@@ -165,7 +169,9 @@ def check_discovery_gids(case):
             if got != want:
                 problems.append((f"{role} g{generation} rail {rail['rail']}: GID, type, netdev, NUMA node {got}; the "
                                  f"inventory's entry {rail.get('device')} port {rail.get('port')} GID index "
-                                 f"{rail.get('gid_index')} says {want}", f"{path}#rails"))
+                                 f"{rail.get('gid_index')} says {want}", f"{path}#rails",
+                                 {"expected": None if want is None else dict(zip(_RAIL_FACTS, want)),
+                                  "observed": dict(zip(_RAIL_FACTS, got))}))
     return problems
 
 
@@ -208,8 +214,10 @@ def check_strict_pin(case):
         want = (*(wanted[0] if wanted else (None, None)), model.STRICT_GID_INDEX,
                 "Ok" if pin and pin["available"] else "Unavailable", 0)
         if got != want:
+            fields = ("device", "port", "gid_index", "result", "retained_owners")
             problems.append((f"{role} g{generation}: strict GID request (device, port, index, result, retained "
-                             f"owners) {got}, expected {want}", f"{path}#discovery.strict_gid_request"))
+                             f"owners) {got}, expected {want}", f"{path}#discovery.strict_gid_request",
+                             {"expected": dict(zip(fields, want)), "observed": dict(zip(fields, got))}))
     return problems
 
 

@@ -180,7 +180,9 @@ def check_journal_env(case):
             if sorted(tools, key=str) != wanted or ("LD_PRELOAD" in keys) != bool(wanted):
                 problems.append((f"{role}: pid {start.get('pid')} preloaded {tools} (LD_PRELOAD "
                                  f"{'set' if 'LD_PRELOAD' in keys else 'unset'}), the mode loads {wanted or 'none'} "
-                                 f"into the {role}", path))
+                                 f"into the {role}", path,
+                                 {"expected": {"preloaded": wanted, "LD_PRELOAD": bool(wanted)},
+                                  "observed": {"preloaded": tools, "LD_PRELOAD": "LD_PRELOAD" in keys}}))
     return problems
 
 

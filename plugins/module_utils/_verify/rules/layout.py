@@ -34,9 +34,12 @@ def check_regions(case):
         wrong_mrs = [(mr.get("mr"), mr["kind"], mr.get("length")) for context in ledger["contexts"]
                      for mr in context["mrs"] if mr.get("length") != sizes.get(mr["kind"])]
         if wrong_mrs:
-            problems.append((f"{label}: MRs (name, kind, length) {wrong_mrs[:MAX_PROBLEMS_SHOWN]}; the documented "
+            shown = wrong_mrs[:MAX_PROBLEMS_SHOWN]
+            problems.append((f"{label}: MRs (name, kind, length) {shown}; the documented "
                              f"data arena is {arena} B ({parents} x ({guard} + {payload} + "
-                             f"{guard})), ctrl {CTRL_MR_BYTES} B", f"{path}#contexts"))
+                             f"{guard})), ctrl {CTRL_MR_BYTES} B", f"{path}#contexts",
+                             {"expected": {name: sizes.get(kind) for name, kind, _length in shown},
+                              "observed": {name: length for name, _kind, length in shown}}))
         for index, rnd in enumerate(ledger["rounds"]):
             where = f"{path}#rounds[{index}].parents"
             misplaced = [(p["parent"], p.get("region_offset"), _documented(offsets, p["parent"]))
@@ -44,9 +47,12 @@ def check_regions(case):
             guards = sorted({p["guard_check"].get("guard_bytes") for p in rnd["parents"]
                              if isinstance(p.get("guard_check"), dict)} - {guard}, key=str)
             if misplaced or guards:
+                shown = misplaced[:MAX_PROBLEMS_SHOWN]
                 problems.append((f"{label} round {rnd['round']}: regions (parent, offset, documented) "
-                                 f"{misplaced[:MAX_PROBLEMS_SHOWN]}, guards of {guards} B checked instead of "
-                                 f"{guard} B", where))
+                                 f"{shown}, guards of {guards} B checked instead of {guard} B", where,
+                                 {"expected": {"offsets": {str(p): at for p, _got, at in shown}, "guard_bytes": guard},
+                                  "observed": {"offsets": {str(p): got for p, got, _at in shown},
+                                               "guard_bytes": guards or guard}}))
                 break
     return problems
 

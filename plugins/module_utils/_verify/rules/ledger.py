@@ -274,7 +274,8 @@ def check_drained(case):
             if batches != [(parents, "Completed", "Ok")]:
                 problems.append((f"requester g{generation} round {rnd['round']}: batches (parents, state, free) "
                                  f"{batches[:MAX_SHOWN]}, expected one of all {len(parents)} parents, Completed, "
-                                 "freed Ok", f"{where}.batches"))
+                                 "freed Ok", f"{where}.batches",
+                                 {"expected": [(parents, "Completed", "Ok")], "observed": batches[:MAX_SHOWN]}))
         found = _grant_lists(drain, role)
         if isinstance(found, str):
             problems.append((f"{role} g{generation} round {rnd['round']}: {found}", f"{where}.drain"))

@@ -58,7 +58,10 @@ def check_qp_reuse(case):
                 and not (last and isinstance(qp["created_round"], int) and qp["created_round"] > last)]
         if late or len(first) != want:
             problems.append((f"{role} g{generation}: {len(first)} QPs created in round 1 (expected {want}), "
-                             f"created later: {late[:MAX_PROBLEMS_SHOWN]}", f"{path}#qps"))
+                             f"created later: {late[:MAX_PROBLEMS_SHOWN]}", f"{path}#qps",
+                             {"expected": {"created in round 1": want, "created later": []},
+                              "observed": {"created in round 1": len(first),
+                                           "created later": late[:MAX_PROBLEMS_SHOWN]}}))
         live = set(first)
         for index, rnd in enumerate(ledger["rounds"]):
             created, reused = (want, 0) if rnd["round"] == 1 else (0, want)
@@ -68,6 +71,8 @@ def check_qp_reuse(case):
                         f"{role} g{generation} round {rnd['round']}: {rnd['qps_created']} QPs created, "
                         f"{rnd['qps_reused']} reused (expected {created} created, {reused} reused)",
                         f"{path}#rounds[{index}]",
+                        {"expected": {"qps_created": created, "qps_reused": reused},
+                         "observed": {"qps_created": rnd["qps_created"], "qps_reused": rnd["qps_reused"]}},
                     )
                 )
             used = set(rnd["wrs"]["qpn"]) | {p["qpn"] for p in rnd["parents"] if "qpn" in p}

@@ -46,5 +46,6 @@ def check_teardown(case):
         if wrong or errors:
             wanted = {k: want.get(k, "all 0") for k in wrong}
             problems.append((f"{role} g{generation}: teardown {wrong} (expected {wanted}), typed errors {errors}",
-                             f"{path}#teardown"))
+                             f"{path}#teardown", {"expected": {**wanted, "errors": []},
+                                                  "observed": {**wrong, "errors": errors}}))
     return problems

@@ -222,6 +222,43 @@ def test_refuses_to_overwrite_a_directory_it_did_not_create(tmp_path):
     assert not (tmp_path / "sim-a" / "sys").exists()
 
 
+def test_the_record_names_the_collection_that_made_the_host(tmp_path):
+    sh.ensure_present(_request(tmp_path, created_by="/checkouts/a/"))
+    assert json.loads((tmp_path / ".lab/hosts/sim-a.json").read_text())["created_by"] == "/checkouts/a"
+    with pytest.raises(sh.SimLabArgumentError, match=r"^created_by='checkouts/a': must be the absolute path"):
+        _request(tmp_path, created_by="checkouts/a")
+
+
+def test_a_root_another_lab_left_unmarked_is_refused_naming_that_lab_and_orbite_work_dir(tmp_path):
+    """Two checkouts, one default work directory: the second's refusal says whose lab it is and how to pick
+    another (the sim lab's own words of the refusal stay: it is right to refuse)."""
+    lab = tmp_path / "work" / "sim-lab"
+    sh.ensure_present(_request(lab, created_by="/checkouts/a"))
+    (lab / "sim-a" / ".orbite-fake-host").unlink()  # e.g. written by another version of the collection
+    with pytest.raises(sh.SimLabStateError) as caught:
+        sh.ensure_present(_request(lab, created_by="/checkouts/b"))
+    message = str(caught.value)
+    assert "already has sys, proc, etc/machine-id not written by write_host; refusing to replace it" in message
+    assert f"it is the lab /checkouts/a made (lab {lab}, work directory {lab.parent})" in message
+    assert message.endswith("pick another work directory: ORBITE_WORK_DIR=<dir> (or -e orbite_work_dir=<dir>)")
+
+
+def test_a_foreign_root_beside_another_labs_hosts_names_that_lab(tmp_path):
+    sh.ensure_present(_request(tmp_path, created_by="/checkouts/a"))
+    (tmp_path / "sim-b").mkdir()
+    (tmp_path / "sim-b" / "precious").write_text("x")
+    with pytest.raises(sh.SimLabStateError, match=r"refusing to overwrite it; it is the lab /checkouts/a made .*"
+                                                  r"ORBITE_WORK_DIR=<dir>"):
+        sh.ensure_present(_request(tmp_path, name="sim-b", index=1, created_by="/checkouts/b"))
+
+
+def test_a_refusal_with_no_record_of_its_maker_still_says_how_to_pick_another_work_dir(tmp_path):
+    (tmp_path / "sim-a").mkdir()
+    (tmp_path / "sim-a" / "precious").write_text("x")
+    with pytest.raises(sh.SimLabStateError, match=r"no lab record there names who made it .*ORBITE_WORK_DIR=<dir>"):
+        sh.ensure_present(_request(tmp_path, created_by="/checkouts/b"))
+
+
 def test_refuses_to_delete_a_directory_it_did_not_create(tmp_path):
     # Guards sim_host._check_not_foreign in ensure_absent.
     (tmp_path / "sim-a").mkdir()

@@ -118,3 +118,34 @@ def test_garbage_pinned_rails_are_a_coded_failure(clean, tmp_path, rails):
     failed, messages = _failures(run_dir)
     assert failed == ["rails.pinned"], messages
     assert any("rails" in message for _code, message in messages)
+
+
+# Rules that report an order, a reuse, a mark or a pairing rather than two figures they compared; every other
+# defect's failing finding states its expected and observed figures (verdict.html's columns of that name).
+WITHOUT_FIGURES = {
+    "busy_polling_claims_events", "events_on_a_polling_profile",  # progress.mode: several counts at once
+    "child_started_before_locks", "locks_released_before_reaping",  # journal.order: an order of events
+    "completion_never_reaped",  # accounting.join: WRs without their completion
+    "grant_never_returned",  # ledger.drain: grant lists of the peers
+    "guard_seed_reused_read", "guard_seed_reused_write",  # ledger.guard_content: a seed seen before
+    "source_qp_pairs_crossed",  # qps.peers: a pairing
+    "timeout_marked_expected", "unquiesced_marked_expected",  # ledger.errors: an error marked expected
+    "writes_on_a_read",  # counters.opcodes: QPs of another operation
+}
+
+
+@pytest.mark.parametrize("name", sorted(set(cd.DEFECTS) - WITHOUT_FIGURES))
+def test_the_failing_finding_states_expected_and_observed(clean, tmp_path, name):
+    defect = cd.DEFECTS[name]
+    run_dir, case_dir = _copy(clean, tmp_path, defect.case)
+    cd.apply(name, case_dir)
+    verdict = verify_run(str(run_dir), write=False)
+    (found,) = [f for c in verdict["cases"] for f in c["findings"] if f["status"] == "FAIL"]
+    assert found["code"] == defect.code and found.get("figures"), found["message"]
+    for figure in found["figures"]:
+        assert figure["expected"] != figure["observed"], figure
+        assert figure["evidence"].startswith(str(case_dir))
+
+
+def test_every_defect_without_figures_is_one_of_the_corpus():
+    assert set(cd.DEFECTS) >= WITHOUT_FIGURES

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import observer_log
+from junitparser import JUnitXml
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import render
@@ -66,9 +67,10 @@ def test_a_partial_verification_is_incomplete_in_all_three_formats(run, tmp_path
     assert [(c["case"], c["verdict"]) for c in verdict["cases"]] == [("ra", "PASS"), ("ih", "INCOMPLETE")]
     status, junit, title = _formats(tmp_path / "out")
     assert status == "INCOMPLETE" and title == "# Verdict: INCOMPLETE"
-    assert int(junit.get("failures")) == 2  # run.incomplete, and the case not verified
+    # run.incomplete fails; the case not verified is an error (it never ran)
+    assert (junit.get("failures"), junit.get("errors")) == ("1", "1")
     cases = _testcases(junit)
-    assert cases[("ih", "verification")].find("failure").get("type") == "run.incomplete"
+    assert cases[("ih", "verification")].find("error").get("type") == "run.incomplete"
     assert cases[("run", "run.incomplete")].find("failure") is not None
     assert "INCOMPLETE, not a PASS" in (tmp_path / "out" / "verdict.md").read_text()
 
@@ -118,18 +120,53 @@ def test_a_case_given_to_verify_must_be_planned(run):
     assert verdict["verdict"] == "FAIL" and verdict["failed_codes"] == ["run.plan"]
 
 
-def test_junit_counts_failures_skips_and_times(run):
+def _junit_read_back(path):
+    """{(suite, testcase): outcome} and the totals, as a JUnit consumer (junitparser) reads verdict.xml."""
+    xml = JUnitXml.fromfile(str(path))
+    outcomes = {}
+    for suite in xml:
+        for case in suite:
+            kinds = {type(result).__name__ for result in case.result}
+            outcomes[(suite.name, case.name)] = kinds.pop().lower() if kinds else "pass"
+    return outcomes, {"tests": xml.tests, "failures": xml.failures, "errors": xml.errors, "skipped": xml.skipped}
+
+
+def test_junit_counts_are_the_verdicts_as_a_junit_reader_sees_them(run, tmp_path):
     _plan(run)
     observer_log.find(run / "cases" / "ra" / "requester" / "g1").unlink()
-    verdict = verify_run(str(run), write=False)
-    junit = ET.fromstring(render(verdict)["junit"])
-    suites = {suite.get("name"): suite for suite in junit}
-    # receipts; accounting and digests (both read the log)
-    assert suites["ra"].get("failures") == "1" and suites["ra"].get("skipped") == "2"
-    assert _testcases(junit)[("ra", "accounting")].find("skipped") is not None
+    verdict = verify_run(str(run), output_dir=str(tmp_path))
+    counts = json.loads((tmp_path / "verdict.json").read_text())["counts"]
+    assert counts["skip"] > 0 and counts["fail"] > 0
+    outcomes, totals = _junit_read_back(tmp_path / "verdict.xml")
+    assert totals == {"tests": counts["pass"] + counts["fail"] + counts["skip"], "failures": counts["fail"],
+                      "errors": 0, "skipped": counts["skip"]}
+    # One testcase per finding, named by its code, each with its finding's outcome.
+    findings = {("run", f["code"]): f for f in verdict["run_findings"]}
+    findings |= {(case["case"], f["code"]): f for case in verdict["cases"] for f in case["findings"]}
+    status = {"PASS": "pass", "FAIL": "failure", "SKIP": "skipped"}
+    assert outcomes == {key: status[f["status"]] for key, f in findings.items()}
+    junit = ET.parse(tmp_path / "verdict.xml").getroot()
     assert all(element.get("time") is not None for element in junit.iter()
-               if element.tag not in {"failure", "skipped", "properties", "property"})
-    assert float(suites["ra"].get("time")) > 0 and junit.get("tests") == str(sum(1 for _ in junit.iter("testcase")))
+               if element.tag not in {"failure", "skipped", "error", "properties", "property"})
+    assert float(next(s for s in junit if s.get("name") == "ra").get("time")) > 0
+
+
+def test_a_skipped_finding_beside_passing_ones_of_its_group_is_skipped_in_junit(run):
+    """The group-level JUnit of before showed a group with one pass and two skips as passed: skipped="0"."""
+    _plan(run)
+    verdict = verify_run(str(run), write=False)
+    case = verdict["cases"][0]
+    group = case["findings"][-1]["group"]
+    members = [f for f in case["findings"] if f["group"] == group]
+    assert len(members) >= 3, group
+    for found in members[1:3]:
+        found.update(status="SKIP", message="skipped: masked")
+    junit = ET.fromstring(render(verdict)["junit"])
+    suite = next(s for s in junit if s.get("name") == case["case"])
+    assert suite.get("skipped") == junit.get("skipped") == "2"
+    skipped = [c.get("name") for c in suite if c.find("skipped") is not None]
+    assert skipped == [f["code"] for f in members[1:3]]
+    assert {c.get("classname") for c in suite if c.get("name") in skipped} == {f"{case['case']}.{group}"}
 
 
 def test_an_older_pass_never_survives_a_new_verdict(run, tmp_path):

@@ -9,6 +9,7 @@ simulated-runner output (tests/helpers/sim_pair.py), broken by defect switches.
 
 import json
 import random
+import re
 import shutil
 from collections import defaultdict
 from html.parser import HTMLParser
@@ -20,7 +21,7 @@ from helpers.receipts import edit_json
 from helpers.sim_pair import RAIL_ACCOUNTING, SMALL_HOST, run_pair
 
 from ansible_collections.orbite.qualification.plugins.module_utils._profile import model
-from ansible_collections.orbite.qualification.plugins.module_utils._verify import plots
+from ansible_collections.orbite.qualification.plugins.module_utils._verify import html_report, plots
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.html_report import render_html
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.loader import ObserverLog
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.reports import markdown
@@ -145,6 +146,66 @@ def test_plot_points_are_the_receipt_figures(broken):
     # Inventories: identical before and after on a healthy host.
     inventory = [a for tag, a in ra_page.elements if tag == "p" and a.get("class") == "inventory"]
     assert [(a["data-role"], a["data-changed"]) for a in inventory] == [("requester", "0"), ("source", "0")]
+
+
+TIMELINE = re.compile(r'<svg class="plot" data-plot="timeline".*?</svg>', re.DOTALL)
+LANE_LABEL = re.compile(r'<text class="lane-label" x="([\d.]+)"[^>]*text-anchor="end"[^>]*>([^<]*)</text>')
+
+
+def test_the_timeline_has_a_time_axis_that_places_every_marker(broken):
+    _run_dir, _verdict, text = broken
+    timelines = TIMELINE.findall(text)
+    assert len(timelines) == 2  # one per case
+    for svg in timelines:
+        page = parse(svg)
+        ticks = [(float(a["data-t"]), float(a["x1"])) for tag, a in page.elements if a.get("class") == "tick"]
+        marks = [(float(a["data-t"]), float(a["cx"])) for tag, a in page.elements if a.get("class") == "event"]
+        assert len(ticks) >= 3 and ticks[0][0] == 0 and [t for t, _x in ticks] == sorted(t for t, _x in ticks)
+        steps = {round(b[0] - a[0], 9) for a, b in zip(ticks, ticks[1:])}
+        assert len(steps) == 1 and f"{steps.pop():.0e}"[0] in "125"  # one round step
+        # The axis's seconds are the markers': both map time to x the same way.
+        (t0, x0), (t1, x1) = ticks[0], ticks[-1]
+        scale = (x1 - x0) / (t1 - t0)
+        assert max(t for t, _x in marks) >= ticks[-1][0]
+        for when, x in marks:
+            assert abs(x0 + when * scale - x) <= 0.15, (when, x)
+        for tick, _x in ticks:
+            assert f">{html_report._seconds_label(tick, ticks[1][0])}</text>" in svg
+
+
+def test_the_timeline_key_names_each_lanes_colour(broken):
+    _run_dir, _verdict, text = broken
+    page = parse(TIMELINE.findall(text)[0])
+    keys = [a["data-lane"] for tag, a in page.elements if tag == "g" and a.get("class") == "key"]
+    assert keys == list(plots.LANES)
+    fills = {}
+    for tag, attrs in page.elements:
+        if tag == "circle" and attrs.get("class") == "event":
+            fills.setdefault(attrs["data-lane"], set()).add(attrs["fill"])
+    assert fills == {lane: {html_report.LANE_COLORS[lane]} for lane in plots.LANES}
+    key = dict(re.findall(r'<g class="key" data-lane="(\w+)"><circle [^>]*fill="([^"]+)"/>', text))
+    assert key == {lane: html_report.LANE_COLORS[lane] for lane in plots.LANES}
+
+
+def test_no_marker_overlaps_a_lane_label(broken):
+    _run_dir, _verdict, text = broken
+    for svg in TIMELINE.findall(text):
+        labels = LANE_LABEL.findall(svg)
+        assert {name.split(" ", 1)[1] for _x, name in labels} == set(plots.LANES)
+        page = parse(svg)
+        first = min(float(a["cx"]) - float(a["r"]) for tag, a in page.elements if a.get("class") == "event")
+        for x, name in labels:
+            # The label ends at x (text-anchor end), left of any marker, and starts inside the plot.
+            assert float(x) < first, (name, x, first)
+            assert float(x) - len(name) * html_report.LABEL_CHAR_PX >= 0, name
+
+
+def test_codes_never_break_inside_a_word(broken):
+    _run_dir, _verdict, text = broken
+    assert "break-all" not in html_report.STYLE and "td.code{white-space:nowrap}" in html_report.STYLE
+    page = parse(text)
+    findings = [r for r in page.rows if r["attrs"].get("class", "").startswith("finding ")]
+    assert findings and all(r["cells"]["code"] == r["attrs"]["data-code"] for r in findings)
 
 
 def test_inventory_diff_is_drawn(broken, tmp_path):

@@ -563,10 +563,11 @@ def test_verdict_is_written_when_it_starts_and_after_each_case(healthy, tmp_path
     ]
 
 
-def test_junit_has_one_testcase_per_group_and_case(healthy):
+def test_junit_has_one_testcase_per_finding_of_each_case(healthy):
     _, findings = verify_case(str(healthy / "cases" / "ra"))
     root = ET.fromstring(junit_xml({"run_id": "t", "cases": [{"case": "ra", "verdict": "PASS", "findings": findings}],
                                     "run_findings": []}))
     (suite,) = root
-    assert [case.get("name") for case in suite] == list(dict.fromkeys(f["group"] for f in findings))
+    assert [(case.get("classname"), case.get("name")) for case in suite] == [(f"ra.{f['group']}", f["code"])
+                                                                            for f in findings]
     assert all(float(case.get("time")) >= 0 for case in suite)
