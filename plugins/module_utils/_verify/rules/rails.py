@@ -81,11 +81,15 @@ def check_pinned_rails(case):
         if used != pins or unlocked:
             problems.append((f"{role} g{generation}: rails (device, port, GID index) {used}, the gate pinned {pins}"
                              + (f"; pinned RNICs {unlocked} not locked ({locks})" if unlocked else ""),
-                             f"{path}#rails"))
+                             f"{path}#rails",
+                             {"expected": {"rails": pins, "locked": [p[0] for p in pins if p]},
+                              "observed": {"rails": used, "locked": list(locks)}}))
         if role == "requester":
             log_path, wrong = _observed_devices(case, generation, ledger, pins)
             if wrong:
+                devices = [p[0] if p else None for p in pins]
                 problems.append((f"requester g{generation}: the observer saw payload WRs of (rail, device) "
-                                 f"{wrong[:MAX_PROBLEMS_SHOWN]}, off the rails' pinned devices "
-                                 f"{[p[0] if p else None for p in pins]}", log_path))
+                                 f"{wrong[:MAX_PROBLEMS_SHOWN]}, off the rails' pinned devices {devices}", log_path,
+                                 {"expected": {"devices by rail": devices},
+                                  "observed": {"(rail, device) off its pin": wrong[:MAX_PROBLEMS_SHOWN]}}))
     return problems

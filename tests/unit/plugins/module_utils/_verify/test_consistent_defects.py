@@ -125,6 +125,7 @@ def test_garbage_pinned_rails_are_a_coded_failure(clean, tmp_path, rails):
 WITHOUT_FIGURES = {
     "busy_polling_claims_events", "events_on_a_polling_profile",  # progress.mode: several counts at once
     "child_started_before_locks", "locks_released_before_reaping",  # journal.order: an order of events
+    "event_after_the_close",  # journal.order too
     "completion_never_reaped",  # accounting.join: WRs without their completion
     "grant_never_returned",  # ledger.drain: grant lists of the peers
     "guard_seed_reused_read", "guard_seed_reused_write",  # ledger.guard_content: a seed seen before
