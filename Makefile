@@ -1,6 +1,6 @@
 # Two entry points, both safe on a fresh Debian machine (root or not):
 #   make demo   set up, then run the main job on the simulated lab
-#   make test   set up, then ruff, ansible-lint, antsibull-docs' docs lint, galaxy-importer, the test suite
+#   make test   set up, then ruff, ansible-lint, antsibull-docs' docs lint, the docs site, galaxy-importer, the tests
 #               and (as root) the molecule scenarios
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system venv link demo test lint sanity integration unit molecule compat sanity-and-molecule \
-	build-collection publish-venv galaxy-import docs-lint release bench clean
+	build-collection publish-venv galaxy-import docs-lint docs-venv docs release bench clean
 
 setup: system venv link
 
@@ -74,7 +74,7 @@ integration: setup
 
 # sanity and molecule side by side (they share nothing: scripts/side_by_side.sh), then the steps that run a lab
 # on the fixed loopback addresses one after the other; pytest last, so its summary line closes the output.
-test: lint docs-lint galaxy-import sanity-and-molecule integration compat unit
+test: lint docs-lint docs galaxy-import sanity-and-molecule integration compat unit
 
 sanity-and-molecule: setup
 	@bash scripts/side_by_side.sh sanity molecule
@@ -101,6 +101,21 @@ galaxy-import: build-collection publish-venv
 # The plugin and role docs as the docs site renders them (antsibull-docs: markup, references, schemas).
 docs-lint: setup publish-venv
 	$(PUBLISH_VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs $(COLL_LINK)
+
+# The HTML docs site under build/docs/html (scripts/docs.sh): antsibull-docs' plugin and role pages and the guide
+# (docs/*.md), built by Sphinx from its own venv; any warning of the collection's own fails it.
+DOCS_VENV ?= .venv-docs
+export DOCS_VENV
+docs-venv: $(DOCS_VENV)/.installed
+
+$(DOCS_VENV)/.installed: scripts/docs-requirements.txt
+	@test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r scripts/docs-requirements.txt
+	@touch $@
+
+docs: setup docs-venv
+	@bash scripts/docs.sh
 
 # The tarball to publish: build/release/<tarball>, naming the collection's public repository (README, "Releasing").
 release: build-collection publish-venv
