@@ -1,4 +1,4 @@
-"""The orbite.qualification.node role and the node modules through ansible-playbook / ansible.
+"""The node modules (lock supervisor, supervised processes, identity) through ansible-playbook, in a play.
 
 localhost, connection local, a temporary fake host root; real supervisor processes and flocks.
 """
