@@ -29,8 +29,10 @@ def test_progress_rerun_index_and_compare(repo_root, ansible_env, lab, tmp_path)
     assert first.returncode == 0, first.stdout[-4000:]
     # One line per poll of each runner, naming case, role, generation, round and WRs.
     for case in ("read-polling", "write-events"):
-        assert re.search(rf"\[sim-b\] case {case} requester g1 round [1-3]/3, (drained, )?\d+ of 64 WRs", first.stdout)
+        assert re.search(rf"\[sim-b\] case {case} requester g1 round [1-3]/3, "
+                         r"(drained, \d+ of|\d+ posted, \d+ completed of) 64 WRs", first.stdout)
         assert re.search(rf"\[sim-a\] case {case} source g1 round [1-3]/3", first.stdout)
+    assert "FAILED - RETRYING" not in first.stdout  # a healthy wait is one ok result per host
     assert "orbite_verdict_summary" in first.stdout and "PASS: 2 of 2 case(s) passed" in first.stdout
     assert (runs / "op-1" / "verdict.html").read_text().count('class="plot"') >= 6
 
