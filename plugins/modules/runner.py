@@ -244,7 +244,7 @@ seealso:
 EXAMPLES = r"""
 - name: Start the source runner and wait until it listens
   orbite.qualification.runner:
-    supervisor_run_dir: "{{ node_supervisor_run_dir }}"
+    supervisor_run_dir: /run/orbite/supervisors/ra-1-read-polling
     runner_argv: ["/usr/bin/python3", "/opt/orbite/orbite-sim-runner.pyz"]
     runner_sha256: "{{ orbite_artifacts.runner.sha256 }}"
     verbs_library: {path: /opt/orbite/native/libibverbs.so.1, sha256: "{{ orbite_artifacts.verbs_library.sha256 }}"}
@@ -260,7 +260,7 @@ EXAMPLES = r"""
 - name: Wait for it to finish
   orbite.qualification.runner:
     state: finished
-    supervisor_run_dir: "{{ node_supervisor_run_dir }}"
+    supervisor_run_dir: /run/orbite/supervisors/ra-1-read-polling
     output_dir: /var/tmp/orbite/run-1/read-polling/source/g1
     child_id: "{{ source_runner.child.child_id }}"
     timeout: 300
