@@ -80,8 +80,8 @@ def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env,
 
 def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(repo_root, ansible_env, lab,
                                                                               tmp_path):
-    # Short enough to wait out, long enough for the gap between two renewals on a loaded 2-core machine
-    # (measured up to 8.9 s at load 6-12 from supervisor ready to the runner's start).
+    # Short enough to wait out, long enough for the gap between two renewals on a loaded 2-core machine (from
+    # the supervisor's ready to the runner's start, the longest gap without a renewal).
     lease = 20
     run_id = f"killed-{os.getpid()}-{int(time.time())}"  # the lab is shared with the other tests' runs
     proc = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",
