@@ -161,7 +161,7 @@ def main():
     for label, tasks, total in (("1 pair", one_tasks, one), ("4 pairs", four_tasks, four)):
         phases = {"plan, preflight and run.json per pair (controller)": 0.0, "waves (hosts)": 0.0, "verdict": 0.0}
         for name, row in tasks.items():
-            if name.startswith(("orbite.qualification.runner", "orbite.qualification.node", "Run one",
+            if name.startswith(("orbite.qualification.runner", "Run one",
                                 "Take this host", "Set this host", "Touch no node")):
                 phases["waves (hosts)"] += row["seconds"]
             elif name.startswith(("Verify", "Publish", "Show", "Fail")):

@@ -8,6 +8,7 @@ run as AnsiballZ modules (``orbite_node_steps=module``) runs beside it in each r
 call against the same module's AnsiballZ call (docs/node-steps.md).
 
     .venv/bin/python bench/bench_gate.py [--rounds N] [--floor-tasks N] [--no-modules] [--no-module-steps]
+        [--templates]
 """
 
 import argparse
@@ -33,7 +34,29 @@ def _env(**extra):
                 PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra)
 
 
-def gate(base, times_path, extra=()):
+# ansible-playbook with each Jinja template and conditional Ansible compiles counted (ansible-core 2.19's template
+# engine; forked workers included): one line per compile appended to $ORBITE_TEMPLATE_COUNT, "t" or "e".
+COUNTED_PLAYBOOK = (
+    "import os, sys\n"
+    "from ansible._internal._templating import _engine\n"
+    "def counted(name, kind):\n"
+    "    original = getattr(_engine.TemplateEngine, name)\n"
+    "    def compile_counted(self, *args, **kwargs):\n"
+    "        fd = os.open(os.environ['ORBITE_TEMPLATE_COUNT'], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)\n"
+    "        os.write(fd, kind)\n"
+    "        os.close(fd)\n"
+    "        return original(self, *args, **kwargs)\n"
+    "    setattr(_engine.TemplateEngine, name, compile_counted)\n"
+    "counted('_compile_template', b't\\n')\n"
+    "counted('_compile_expression', b'e\\n')\n"
+    "from ansible.cli.playbook import main\n"
+    "sys.argv[0] = 'ansible-playbook'\n"
+    "sys.exit(main())\n"
+)
+
+
+def gate(base, times_path, extra=(), count=None):
+    """Seconds from the gate's start to its verdict; with ``count`` (a file), each template compile counted there."""
     env = _env(ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "bench" / "callback_plugins"),
                ANSIBLE_CALLBACKS_ENABLED="task_times")
     timed_env = dict(env, ORBITE_TASK_TIMES=str(times_path))
@@ -41,8 +64,11 @@ def gate(base, times_path, extra=()):
     common = ["-e", f"sim_lab_dir={lab}"]
     subprocess.run(["ansible-playbook", "playbooks/sim_lab.yml", *common], cwd=ROOT, env=env, check=True,
                    capture_output=True)
+    playbook = [sys.executable, "-c", COUNTED_PLAYBOOK] if count else ["ansible-playbook"]
+    if count:
+        timed_env["ORBITE_TEMPLATE_COUNT"] = str(count)
     started = time.monotonic()
-    result = subprocess.run(["ansible-playbook", "-i", "inventories/sim", "playbooks/rail_accounting.yml", *common,
+    result = subprocess.run([*playbook, "-i", "inventories/sim", "playbooks/rail_accounting.yml", *common,
                              "-e", f"orbite_output_dir={base}/runs", *extra], cwd=ROOT, env=timed_env,
                             capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - started
@@ -189,6 +215,8 @@ def main():
     parser.add_argument("--no-modules", action="store_true", help="skip the node modules' payload and import figures")
     parser.add_argument("--no-module-steps", action="store_true",
                         help="skip the gate with its node steps run as AnsiballZ modules (orbite_node_steps=module)")
+    parser.add_argument("--templates", action="store_true",
+                        help="one more gate run (untimed) counting the Jinja templates and conditionals it compiles")
     args = parser.parse_args()
     direct_times, gate_times, module_step_times, floors = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,6 +235,11 @@ def main():
             if args.floor_tasks > 0:
                 floors.append(floor(tmp, args.floor_tasks))
         tasks = json.loads((Path(tmp) / "times.json").read_text())
+        compiles = None
+        if args.templates:
+            gate(f"{tmp}/counted", Path(tmp) / "times-counted.json", count=Path(tmp) / "compiles")
+            kinds = (Path(tmp) / "compiles").read_text().split()
+            compiles = (kinds.count("t"), kinds.count("e"))
         modules = {} if args.no_modules else node_modules(tmp)
         step_call = None if args.no_modules else node_step_call(tmp)
         if args.times:
@@ -215,6 +248,9 @@ def main():
     print(f"direct runner invocations (2 cases): {direct:.2f} s   (best of {args.rounds})")
     print(f"rail_accounting.yml to verdict:      {full:.2f} s   (best of {args.rounds})")
     print(f"ratio gate / direct:                 {full / direct:.2f}x   (goal <= 3x)")
+    if compiles:
+        print(f"templates compiled by the gate: {compiles[0]} templates, {compiles[1]} conditionals (one run; every "
+              "worker compiles what its task renders)")
     if module_step_times:
         slow = min(module_step_times)
         print(f"the same gate, node steps as AnsiballZ modules (orbite_node_steps=module): {slow:.2f} s, "

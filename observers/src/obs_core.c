@@ -1,6 +1,6 @@
 /* Core of the OrbiTE native observers: interposition, WR ledger, digests, log.
  *
- * Interposition facts this file respects (DESIGN section 7):
+ * Interposition facts this file respects (docs/observers.md, "How they hook in"):
  *  - ibv_post_send/ibv_poll_cq are inline calls through context->ops, so the
  *    ops are wrapped right after ibv_open_device and restored before
  *    ibv_close_device;

@@ -88,6 +88,15 @@ options:
       - Each case's C(case.json) C(launch) gives each role its runner switches and the control relay's own.
     type: raw
     default: []
+  timeouts:
+    description:
+      - The runner role's seconds as the play gives them, by variable (C(orbite_lease), C(orbite_lock_timeout),
+        C(orbite_runner_ready_timeout), C(orbite_runner_timeout), C(orbite_runner_poll)); null for one not given.
+      - Each must be a number, or text of one (an AWX survey sends C("60")), in the range the supervisor and the
+        runner module take; anything else fails naming the variable, its value and the range, before any node is
+        touched. Checked only, not recorded.
+    type: dict
+    default: {}
   artifacts:
     description:
       - The executables the run uses, each with the sha256 the nodes must run (recorded in C(run.json)).

@@ -23,9 +23,10 @@ description:
     always followed at once by that wait; one round trip less per generation (issue 20).
   - O(state=finished) waits for the child to exit (up to O(timeout)), renewing the supervisor's
     lease meanwhile, and returns its exit status. With O(poll) it waits at most O(poll) seconds and
-    returns RV(finished) and the runner's progress receipt (C(progress.json), C(docs/reports.md)), for
-    the role to call it again (C(until)/C(retries)); the collection's action plugin prints
-    RV(progress_line) at each call, so a stuck round shows within seconds.
+    returns RV(finished) and the runner's progress receipt (C(progress.json), C(docs/reports.md)); the
+    collection's action plugin then calls that wait again itself until the runner exited or a call failed,
+    printing RV(progress_line) at each call (a stuck round shows within seconds); the task returns once, with
+    RV(finished) true, and needs no C(until)/C(retries), whose every retry a callback shows as C(FAILED - RETRYING).
   - O(state=restart_point) (installed-restart, C(docs/restart.md)) waits until the runner O(pid) wrote
     C(restart-point.json) in O(output_dir) (its generation's rounds done and drained), renewing the lease
     meanwhile; it fails at once if the runner exits first. Only then may the fault role be killed.
@@ -243,7 +244,7 @@ seealso:
 EXAMPLES = r"""
 - name: Start the source runner and wait until it listens
   orbite.qualification.runner:
-    supervisor_run_dir: "{{ node_supervisor_run_dir }}"
+    supervisor_run_dir: /run/orbite/supervisors/ra-1-read-polling
     runner_argv: ["/usr/bin/python3", "/opt/orbite/orbite-sim-runner.pyz"]
     runner_sha256: "{{ orbite_artifacts.runner.sha256 }}"
     verbs_library: {path: /opt/orbite/native/libibverbs.so.1, sha256: "{{ orbite_artifacts.verbs_library.sha256 }}"}
@@ -259,7 +260,7 @@ EXAMPLES = r"""
 - name: Wait for it to finish
   orbite.qualification.runner:
     state: finished
-    supervisor_run_dir: "{{ node_supervisor_run_dir }}"
+    supervisor_run_dir: /run/orbite/supervisors/ra-1-read-polling
     output_dir: /var/tmp/orbite/run-1/read-polling/source/g1
     child_id: "{{ source_runner.child.child_id }}"
     timeout: 300
@@ -333,7 +334,9 @@ ledger:
   type: str
   sample: /var/tmp/orbite/ra-1/read-polling/source/g1/ledger.json
 finished:
-  description: With O(poll), whether the runner exited (false while it still runs).
+  description:
+    - With O(poll), whether the runner exited (false while it still runs, from the module; the action plugin
+      returns once it is true, or failed).
   returned: O(poll) given
   type: bool
   sample: false
@@ -349,7 +352,7 @@ progress_line:
   description: The progress as one line.
   returned: O(poll) given
   type: str
-  sample: case read-polling requester g1 round 2/3, 43 of 64 WRs (12.4 s)
+  sample: case read-polling requester g1 round 2/3, 51 posted, 43 completed of 64 WRs (12.4 s)
 code:
   description: Stable failure code (C(runner.bad_input), C(runner.hash_mismatch) (a runner, observer or verbs
     library that is not its pin), C(runner.output_not_empty), C(runner.launch_failed), C(runner.exited_before_ready),

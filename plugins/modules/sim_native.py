@@ -65,7 +65,7 @@ EXAMPLES = r"""
   orbite.qualification.sim_native:
     collection_dir: "{{ (role_path ~ '/../..') | realpath }}"
     out_dir: "{{ sim_lab_dir }}/native"
-  register: sim_lab_native
+  register: native
 """
 
 RETURN = r"""

@@ -30,6 +30,7 @@ from .engine import (
 )
 from .errors import EngineError, protocol_error
 from .ledger import write_json_atomic
+from .progress import report as report_progress
 from .verbs import ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, WC_STATUS_NAMES
 
 
@@ -182,6 +183,8 @@ class SourceEngine(Engine):
         self.grants = set()  # skip_drain left the previous round's grants held until now
         self.round_no = round_no
         rnd.started = time.time()
+        # The round's start, so the controller's wait shows this round (this engine posts no WR: no count).
+        report_progress(self, round_no, ROUNDS, "transfer")
         rnd.native_before = self.native_snapshot()
         rnd.placement = msg["parents"]
         if self.operation == "read":

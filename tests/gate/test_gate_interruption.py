@@ -70,6 +70,7 @@ def test_interruption_playbook_passes_its_cases(repo_root, ansible_env, lab, tmp
     pid = _relay_pid(lab, run_dir.name, variant["id"])
     assert pid is not None and not gate.process_alive(pid), pid
     assert gate.locks_free(lab)
+    assert gate.launched_as_planned(run_dir) == []  # the runners as the run plan (case.json launch) says
 
 
 # The runner's switch for the whole run (orbite_runner_defects); the relay's as a case variant's own `defects:`

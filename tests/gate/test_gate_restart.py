@@ -54,6 +54,8 @@ def test_restart_playbook_passes_its_frozen_cases(repo_root, ansible_env, lab, t
     assert [e["signal_name"] for e in events if e.get("ev") == "signal"] == ["SIGKILL", "SIGKILL"]
     assert [e.get("exit_signal_name") for e in events if e.get("ev") == "child_exit"] == ["SIGKILL", "SIGKILL", None]
     assert gate.locks_free(lab)
+    # Each generation's runners, replacements included, were exec'd as the run plan (case.json launch) says.
+    assert gate.launched_as_planned(run_dir) == []
 
 
 def test_a_restart_defect_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path):

@@ -51,6 +51,16 @@ def test_rail_accounting_with_discovery_passes(repo_root, ansible_env, lab, tmp_
     assert (run_dir / "verdict.xml").exists() and (run_dir / "verdict.md").exists()
     assert "orbite_verdict" in result.stdout or "verdict: PASS" in result.stdout
     assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
+    # What each supervisor journaled it exec'd is what the run plan (case.json launch) said to launch.
+    assert gate.launched_as_planned(run_dir) == []
+    # Red check of that comparison: a plan that differs in one ID and one generation's observers is named.
+    case_dir = run_dir / "cases" / "read-polling"
+    launch = json.loads((case_dir / "case.json").read_text())["launch"]
+    launch["roles"]["requester"]["registration_id"] = "another-registration"
+    launch["roles"]["requester"]["generations"][0]["observers"] = []
+    events = [json.loads(line) for line in (case_dir / "requester" / "journal.jsonl").read_text().splitlines()]
+    assert [line.split(":")[0] for line in gate.launch_mismatches(launch, "requester", events)] == [
+        "requester g1 c1 registration_id", "requester g1 c1 observers", "requester g1 c1 ld_preload"]
 
 
 def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path):
@@ -59,19 +69,20 @@ def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env,
     result = gate.run_gate(repo_root, ansible_env, lab, tmp_path / "runs", "installed_host.yml",
                            {"orbite_profile_file": str(profile), "orbite_runner_defects": ["corrupt_byte"]})
     assert result.returncode != 0
-    verdict, _ = gate.verdict(tmp_path / "runs")
+    verdict, run_dir = gate.verdict(tmp_path / "runs")
     # A run with a defect switch is diagnostic (run.diagnostic); the case fails exactly its rule.
     assert verdict["verdict"] == "FAIL" and sorted(verdict["failed_codes"]) == ["ledger.bytes", "run.diagnostic"]
     case_codes = [f["code"] for c in verdict["cases"] for f in c["findings"] if f["status"] == "FAIL"]
     assert case_codes == ["ledger.bytes"]
+    assert gate.launched_as_planned(run_dir) == []  # the switch reached the runners as the plan says
     assert "qualification verdict FAIL: failed rules" in result.stdout and "ledger.bytes" in result.stdout
     assert gate.locks_free(lab)
 
 
 def test_killed_controller_leaves_a_partial_verdict_and_leases_free_the_locks(repo_root, ansible_env, lab,
                                                                               tmp_path):
-    # Short enough to wait out, long enough for the gap between two renewals on a loaded 2-core machine
-    # (measured up to 8.9 s at load 6-12 from supervisor ready to the runner's start).
+    # Short enough to wait out, long enough for the gap between two renewals on a loaded 2-core machine (from
+    # the supervisor's ready to the runner's start, the longest gap without a renewal).
     lease = 20
     run_id = f"killed-{os.getpid()}-{int(time.time())}"  # the lab is shared with the other tests' runs
     proc = gate.run_gate(repo_root, ansible_env, lab, tmp_path, "rail_accounting.yml",

@@ -87,7 +87,7 @@ def test_the_observer_log_is_written_by_the_preloaded_native_library(repo_root, 
 def test_without_the_preload_the_case_fails_naming_the_missing_log(repo_root, ansible_env, lab, tmp_path):
     """An extra var that empties the generation's preloads (extra vars win over the role's task vars): the
     runner runs without LD_PRELOAD, writes no observer log itself, and the case fails by name."""
-    result = _gate(repo_root, ansible_env, lab, tmp_path, orbite_gen_preloads=[])
+    result = _gate(repo_root, ansible_env, lab, tmp_path, runner_gen_preloads=[])
     assert result.returncode != 0
     run_dir = _run_dir(tmp_path)
     verdict = json.loads((run_dir / "verdict.json").read_text())

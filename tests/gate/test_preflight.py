@@ -189,6 +189,18 @@ def test_case_only_naming_no_case_of_the_playbook_fails_naming_them(repo_root, a
             "cases: read-polling, write-events)") in out, out[-3000:]
 
 
+def test_a_survey_lease_that_is_not_a_number_fails_the_preflight_naming_it(repo_root, ansible_env, inventory,
+                                                                            tmp_path):
+    # Never cast to 0.0 (| float) and refused on the nodes: the preflight names the variable and the value.
+    result = _gate_check(repo_root, ansible_env, inventory, "rail_accounting.yml",
+                         dict(SURVEY, orbite_lease="abc", orbite_runner_defects="corrupt_byte,extra_qp"),
+                         tmp_path / "work")
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0 and "check mode: preflight passed" not in out
+    assert "orbite_lease='abc': must be a number of seconds in (0, 604800]" in out, out[-3000:]
+    assert _recap_hosts(result.stdout) == {"localhost"}
+
+
 def test_check_mode_with_a_bad_profile_stops_at_validation(repo_root, ansible_env, inventory, tmp_path):
     result = _gate_check(repo_root, ansible_env, inventory, "installed_host.yml",
                          {"orbite_profile": _profile(repo_root, "installed_host.json", num_lanes="x")}, tmp_path / "w")

@@ -141,3 +141,53 @@ def run_defect_matrix(repo_root, ansible_env, lab, runs, playbook, variants, exp
         assert set(found["failed_codes"]) == {"run.diagnostic", *(c for _s, codes in expected.values() for c in codes)}
     assert locks_free(lab) and not supervisor_pids(lab)
     return found, run_dir
+
+
+def launch_mismatches(launch, role, events):
+    """What the supervisor journal ``events`` of one role says it exec'd, against that role's entry of the plan's
+    ``launch`` (case.json): the supervisor's run ID, and per runner start (child_start) the runner and its pin, the
+    registration IDs, the defect switches, the verbs library, the generation's observers, preloads and
+    environment. Each difference is one line naming the field, the plan's value and the journal's."""
+    plan = launch["roles"][role]
+    out = []
+
+    def differ(what, planned, seen):
+        if planned != seen:
+            out.append(f"{role} {what}: plan {planned!r}, journal {seen!r}")
+
+    opened = [e for e in events if e.get("ev") == "journal_open"]
+    differ("supervisor run_id", [launch["supervisor_run_id"]], [e.get("run_id") for e in opened])
+    starts = [e for e in events if e.get("ev") == "child_start"]
+    if not starts:
+        out.append(f"{role}: the journal has no child_start")
+    for start in starts:
+        pins = {p["what"]: p for p in start["pinned"]}
+        runner_index = 1 if plan["runner"]["interpreter"] else 0
+        runner = pins[f"argv[{runner_index}]"] if runner_index else start["exe"]
+        told = next(p["json"] for p in start["pinned"] if "json" in p)
+        gen = plan["generations"][told["generation"] - 1]
+        where = f"g{told['generation']} {start['child_id']}"
+        differ(f"{where} runner", (plan["runner"]["sha256"], True),
+               (runner["sha256"], start["argv"][runner_index].endswith("/" + plan["runner"].get("file", ""))))
+        for field in ("registration_id", "peer_registration_id", "observers", "defects"):
+            planned = gen["observers"] if field == "observers" else plan[field]
+            differ(f"{where} {field}", planned, told.get(field, [] if field == "defects" else None))
+        library = plan["verbs_library"] and plan["verbs_library"]["sha256"]
+        differ(f"{where} verbs_library", library, (told.get("verbs_library") or {}).get("sha256"))
+        differ(f"{where} ld_preload", [plan["preloads"][tool]["sha256"] for tool in gen["observers"]],
+               [lib["sha256"] for lib in start["ld_preload"]])
+        missing = sorted(set(gen["env"]) - set(start["env_keys"]))
+        differ(f"{where} env keys missing", [], missing)
+    return out
+
+
+def launched_as_planned(run_dir):
+    """launch_mismatches over every case and role of a run, from its case.json and the fetched journals."""
+    out = []
+    for case_dir in sorted((Path(run_dir) / "cases").iterdir()):
+        launch = json.loads((case_dir / "case.json").read_text())["launch"]
+        for role in launch["roles"]:
+            lines = (case_dir / role / "journal.jsonl").read_text().splitlines()
+            out += [f"{case_dir.name}: {line}" for line in
+                    launch_mismatches(launch, role, [json.loads(line) for line in lines])]
+    return out

@@ -9,6 +9,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._run.plan imp
     RunPlanError,
     case_ids,
     cast_names,
+    check_seconds,
     write_plan,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
@@ -27,6 +28,7 @@ SPEC = {
         "allow_dirty": {"type": "bool", "default": False},
         "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
         "defects": {"type": "raw", "default": []},
+        "timeouts": {"type": "dict", "default": {}},
         "artifacts": {"type": "dict", "options": {
             "runner": {"type": "dict", "required": True, "options": {
                 "kind": {"type": "str", "required": True, "choices": ["sim", "native"]},
@@ -54,6 +56,7 @@ def run(module):
     try:
         # Named as the play names it (roles/preflight passes orbite_runner_defects), before any node is touched.
         defects = cast_names("defects (orbite_runner_defects)", params["defects"])
+        check_seconds(params["timeouts"])
         changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
                              defects=defects, artifacts=params["artifacts"], origin=params["origin"])

@@ -5,7 +5,7 @@
 A pair is one ordered (source, requester) of two RNIC hosts; every planned case runs on every pair.
 Pairs in one wave share no host, so they run concurrently; pairs that share a host go to different
 waves. The waves are only a schedule: what keeps two cases off one RNIC is the node's RNIC locks
-(roles/node), never the wave order.
+(roles/runner/tasks/supervisor.yml), never the wave order.
 
 Bounds on the wave count (tests/unit/plugins/module_utils/_fleet/test_plan.py checks them):
 

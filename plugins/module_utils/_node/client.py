@@ -492,7 +492,7 @@ def _module_bytecode(name: str, src: str) -> Optional[bytes]:
 def install_program(run_dir: str) -> str:
     """Copy the supervisor program into run_dir/lib (it outlives the module's temp dir), each module with its
     checked-hash bytecode in __pycache__ where its loader holds the code (the supervisor, this interpreter, then
-    compiles nothing at its start: about 50 ms less; another interpreter or a changed source compiles as before)."""
+    compiles nothing at its start; another interpreter or a changed source compiles as before)."""
     lib = os.path.join(run_dir, LIB_DIR)
     private_dir(lib, "the supervisor's program directory")
     for name in PROGRAM_MODULES:

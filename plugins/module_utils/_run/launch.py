@@ -319,7 +319,7 @@ def finish(params):
     """Wait for a runner child to exit, renewing the supervisor's lease meanwhile; return its status.
 
     With ``poll`` (seconds): wait at most that long, then return ``finished`` false with the runner's
-    progress, for the role to call again (until/retries) and show it; ``timeout`` then bounds the
+    progress, for the action plugin to show and call again; ``timeout`` then bounds the
     child's whole run time (from the supervisor's record of its start)."""
     if params.get("poll"):
         return poll_finished(params)
@@ -393,7 +393,8 @@ def _int(value):
 
 
 def progress_line(label, progress, seconds):
-    """One line of where the runner is, e.g. ``case read-polling requester g1 round 2/3, 43 of 64 WRs (12.4 s)``."""
+    """One line of where the runner is, e.g. ``case read-polling requester g1 round 2/3, 51 posted, 43 completed of
+    64 WRs (12.4 s)``: the round's running counts, as the runner last wrote them."""
     head = f"case {label}" if label else "runner"
     ran = f" ({seconds:.1f} s)" if seconds is not None else ""
     if not progress:
@@ -401,11 +402,13 @@ def progress_line(label, progress, seconds):
     role = progress.get("role") if names.is_name(progress.get("role")) else "runner"
     where = f"{head} {role} g{_int(progress.get('generation'))} round {_int(progress.get('round'))}/" \
             f"{_int(progress.get('rounds'))}"
-    total, done = _int(progress.get("wrs_total")), _int(progress.get("wrs_done"))
+    total, done, posted = (_int(progress.get(field)) for field in ("wrs_total", "wrs_done", "wrs_posted"))
     if progress.get("phase") == "drained":
         what = f"drained, {done} of {total} WRs" if total else "drained"
+    elif total:
+        what = (f"{posted} posted, " if posted is not None else "") + f"{done} completed of {total} WRs"
     else:
-        what = f"{done} of {total} WRs" if total else "waiting for the peer"
+        what = "waiting for the peer"
     return f"{where}, {what}{ran}"
 
 

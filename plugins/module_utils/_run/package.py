@@ -4,12 +4,11 @@
 
 Packaging only: nothing of sim/ is imported or run here (its sources are compiled, not run). Beside each ``x.py``
 the archive holds ``x.pyc`` (where zipimport looks first): an interpreter never writes bytecode into a zip, so
-without it every runner start compiles the whole engine again (0.18-0.2 s of its start on this project's CI
-machine, for each runner of each case; 0.06-0.09 s with it). The bytecode is *checked-hash* (PEP 552): an
-interpreter uses a ``.pyc`` only when its magic number is its own and the hash of the ``.py`` beside it in the
-archive matches, else it compiles that source as before, so a node with another Python runs the same archive.
-Both are in the file the plan pins by sha256. Marshalled in format 2, which has no back-references, so the bytes
-do not depend on what else the packaging process holds (check mode predicts the sha256; the module and its
+without it every start of each runner of each case compiles the whole engine again. The bytecode is *checked-hash*
+(PEP 552): an interpreter uses a ``.pyc`` only when its magic number is its own and the hash of the ``.py`` beside
+it in the archive matches, else it compiles that source as before, so a node with another Python runs the same
+archive. Both are in the file the plan pins by sha256. Marshalled in format 2, which has no back-references, so the
+bytes do not depend on what else the packaging process holds (check mode predicts the sha256; the module and its
 action plugin make the same file). Deflated: about the size of the sources alone stored.
 """
 

@@ -30,6 +30,11 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.files
 from ansible_collections.orbite.qualification.plugins.module_utils._common import names
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._node.pinned import is_sha256
+from ansible_collections.orbite.qualification.plugins.module_utils._node.protocol import (
+    MAX_LEASE_S,
+    MAX_LOCK_TIMEOUT_S,
+    number_in_range,
+)
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 
 RUN_SCHEMA = ("orbite.run", 1)
@@ -69,6 +74,38 @@ def cast_names(variable, value):
         if not names.is_name(name):
             raise RunPlanError(f"{variable}[{index}]={names.quote(name)}: must be {names.NAME_RULE}")
     return list(value)
+
+
+# The node steps' seconds, by the play variable that gives them (the runner role's defaults when unset): each
+# must be a number (an AWX survey sends "60") in the range the supervisor and the runner module take.
+SECONDS = {
+    "orbite_lease": (0, MAX_LEASE_S, True),
+    "orbite_lock_timeout": (0, MAX_LOCK_TIMEOUT_S, False),
+    "orbite_runner_ready_timeout": (0, 86400, True),
+    "orbite_runner_timeout": (0, 86400, True),
+    "orbite_runner_poll": (0, 86400, True),
+}
+
+
+def check_seconds(given):
+    """The play's node-step seconds ``given`` ({variable: value or None when unset}) as numbers; a value that is
+    not a number in its range, or a variable outside SECONDS, is an error naming the variable, value and rule."""
+    out = {}
+    for variable, value in (given or {}).items():
+        if variable not in SECONDS:
+            raise RunPlanError(f"timeouts: {quote(variable)} is not one of {', '.join(SECONDS)}")
+        if value is None:
+            continue
+        low, high, low_open = SECONDS[variable]
+        try:
+            number = float(value.strip() if isinstance(value, str) else value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
+        if isinstance(value, bool) or not number_in_range(number, low, high, low_open):
+            raise RunPlanError(f"{variable}={quote(value)}: must be a number of seconds in "
+                               f"{'(' if low_open else '['}{low:g}, {high:g}]")
+        out[variable] = number
+    return out
 
 
 SIM_RUNNER_FILE = "orbite-sim-runner.pyz"  # the simulated runner's zipapp, in the node's run directory

@@ -57,11 +57,11 @@ def test_an_option_added_to_the_spec_makes_the_readme_out_of_date(script, roles_
 
 
 def test_a_missing_readme_or_section_is_named(script, roles_copy):
-    (roles_copy / "node" / "README.md").unlink()
+    (roles_copy / "preflight" / "README.md").unlink()
     readme = roles_copy / "sim_lab" / "README.md"
     readme.write_text(readme.read_text().replace(script.END, ""))
     assert script.problems() == [
-        "roles/node/README.md: missing (write it, with the generated section's markers)",
+        "roles/preflight/README.md: missing (write it, with the generated section's markers)",
         f"roles/sim_lab/README.md: needs one {script.BEGIN} ... {script.END} section",
     ]
     assert script.main(["--check"]) == 1

@@ -16,15 +16,17 @@ SCHEMA = json.loads((REPO / "schemas" / "runner-progress.schema.json").read_text
 
 def test_progress_moves_forward_and_ends_drained(tmp_path):
     run_dir = tmp_path / "run"
-    seen, stop = [], threading.Event()
+    seen, seen_source, stop = [], [], threading.Event()
     path = run_dir / "cases" / "ra" / "requester" / "g1" / "progress.json"
+    source_path = run_dir / "cases" / "ra" / "source" / "g1" / "progress.json"
 
     def watch():
         while not stop.is_set():
-            try:
-                seen.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                pass  # not written yet (a rename never leaves half a file)
+            for where, into in ((path, seen), (source_path, seen_source)):
+                try:
+                    into.append(json.loads(where.read_text()))
+                except (OSError, ValueError):
+                    pass  # not written yet (a rename never leaves half a file)
             time.sleep(0.002)
 
     watcher = threading.Thread(target=watch)
@@ -43,6 +45,8 @@ def test_progress_moves_forward_and_ends_drained(tmp_path):
         assert (final["round"], final["rounds"], final["phase"]) == (3, 3, "drained")
         assert (final["wrs_done"], final["wrs_posted"], final["wrs_total"]) == (total, total, total)
     assert seen, "the requester's progress was never seen while it ran"
+    # The source posts no WR: it says each round's start, so the controller's wait shows the round it is in.
+    assert {(p["round"], p["phase"]) for p in seen_source if p["phase"] == "transfer"} >= {(1, "transfer")}
     order = [(p["round"], p["phase"] == "drained", p["wrs_done"]) for p in seen]
     assert order == sorted(order)  # never backwards
     for entry in seen:

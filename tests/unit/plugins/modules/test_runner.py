@@ -173,7 +173,7 @@ def test_the_polled_wait_shows_progress_renews_the_lease_and_keeps_the_overall_t
         "updated_at": 0}))
     polled = run_helper("runner", tmp_path, wait)
     assert polled["finished"] is False and polled["child"]["running"] is True
-    assert re.fullmatch(r"case read-polling requester g1 round 2/3, 43 of 64 WRs \(\d+\.\d s\)",
+    assert re.fullmatch(r"case read-polling requester g1 round 2/3, 51 posted, 43 completed of 64 WRs \(\d+\.\d s\)",
                         polled["progress_line"])
 
     (out / "progress.json").write_text("[1, 2")  # being replaced, or not one: never fails the wait

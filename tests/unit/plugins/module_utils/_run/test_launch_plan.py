@@ -107,3 +107,23 @@ def test_a_tool_listed_case_wide_and_for_a_generation_is_preloaded_once(tmp_path
     requester = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())["launch"]["roles"]["requester"]
     assert [g["observers"] for g in requester["generations"]] == [["accounting"], ["accounting"]]
     assert requester["generations"][0]["env"] == {"ORBITE_ACC": "g1"}
+
+
+def test_the_module_takes_survey_seconds_and_names_a_bad_one(tmp_path):
+    from helpers.modules import run_module
+
+    base = {"run_dir": str(tmp_path / "run"), "run_id": "run-1", "cases": [{"id": "a", "profile": PROFILE}]}
+    given = {"orbite_lease": "60", "orbite_lock_timeout": 0, "orbite_runner_timeout": " 0.5 ",
+             "orbite_runner_poll": None, "orbite_runner_ready_timeout": 30.0}
+    assert not run_module("run_plan", tmp_path, dict(base, timeouts=given)).get("failed")
+    for variable, value, rule in (("orbite_lease", "abc", "(0, 604800]"), ("orbite_lease", "0", "(0, 604800]"),
+                                  ("orbite_lock_timeout", "-1", "[0, 3600]"),
+                                  ("orbite_runner_poll", True, "(0, 86400]"),
+                                  ("orbite_runner_timeout", "nan", "(0, 86400]")):
+        run_dir = tmp_path / "bad" / variable / str(value)
+        bad = run_module("run_plan", tmp_path, dict(base, run_dir=str(run_dir), timeouts={variable: value}))
+        assert bad["failed"] is True and bad["code"] == "run_plan.invalid", bad
+        assert bad["msg"] == f"{variable}={value!r}: must be a number of seconds in {rule}", bad["msg"]
+        assert not run_dir.exists()  # refused before anything is written
+    other = run_module("run_plan", tmp_path, dict(base, run_dir=str(tmp_path / "o"), timeouts={"orbite_leese": 1}))
+    assert other["failed"] is True and "'orbite_leese' is not one of orbite_lease" in other["msg"]

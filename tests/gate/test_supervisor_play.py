@@ -1,4 +1,4 @@
-"""The orbite.qualification.node role and the node modules through ansible-playbook / ansible.
+"""The node modules (lock supervisor, supervised processes, identity) through ansible-playbook, in a play.
 
 localhost, connection local, a temporary fake host root; real supervisor processes and flocks.
 """
@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from helpers.gate import process_alive as alive
+
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock
 
 BOOT = "0f0e0d0c-0b0a-4998-8776-655443322110"
@@ -22,14 +24,6 @@ def make_root(base):
     (kernel / "random" / "boot_id").write_text(BOOT + "\n")
     (kernel / "osrelease").write_text("6.1.0-sim\n")
     return str(base)
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def run(cmd, repo_root, ansible_env):
