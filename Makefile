@@ -82,16 +82,22 @@ sanity-and-molecule: setup
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
 
+# A tool's venv of its own (its requirements apart from .venv's): $(call tool_venv,<venv>) as the recipe of
+# <venv>/.installed, whose one prerequisite is the requirements file.
+define tool_venv
+	@test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet -r $<
+	@touch $@
+endef
+
 # The publishing checks' own venv: galaxy-importer brings its own ansible-core, ansible-lint and flake8.
 PUBLISH_VENV ?= .venv-publish
 export PUBLISH_VENV
 publish-venv: $(PUBLISH_VENV)/.installed
 
 $(PUBLISH_VENV)/.installed: scripts/publish-requirements.txt
-	@test -x $(PUBLISH_VENV)/bin/python || $(PYTHON) -m venv $(PUBLISH_VENV)
-	$(PUBLISH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(PUBLISH_VENV)/bin/python -m pip install --quiet -r scripts/publish-requirements.txt
-	@touch $@
+	$(call tool_venv,$(PUBLISH_VENV))
 
 # galaxy-importer (Galaxy's and Automation Hub's upload check) on that tarball (scripts/galaxy-import.sh): it
 # fails on the missing repository URL only, and imports whole once named one (docs/publishing.md).
@@ -109,10 +115,7 @@ export DOCS_VENV
 docs-venv: $(DOCS_VENV)/.installed
 
 $(DOCS_VENV)/.installed: scripts/docs-requirements.txt
-	@test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
-	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(DOCS_VENV)/bin/python -m pip install --quiet -r scripts/docs-requirements.txt
-	@touch $@
+	$(call tool_venv,$(DOCS_VENV))
 
 docs: setup docs-venv
 	@bash scripts/docs.sh
