@@ -674,7 +674,7 @@ class Supervisor:
         lease = req.get("lease", self.lease)
         if not number_in_range(lease, 0, MAX_LEASE_S, low_open=True):
             raise bad_request(
-                               f"lease {quote(lease)}: must be a number of seconds in (0, {MAX_LEASE_S}]")
+                f"lease {quote(lease)}: must be a number of seconds in (0, {MAX_LEASE_S}]")
         self.journal.event("lease_renew", lease_s=float(lease))  # a renewal that cannot be journaled is not made
         self.lease = float(lease)
         self.lease_deadline = boottime() + self.lease
@@ -732,7 +732,7 @@ class Supervisor:
             except OSError as exc:
                 self.journal.note("child_launch_failed", child_id=child_id, argv=spec["argv"], error=str(exc))
                 raise RequestError("supervisor.launch_failed", f"launching {quote(spec['argv'])} failed: "
-                                                    f"{exc.strerror or exc}") from None
+                                   f"{exc.strerror or exc}") from None
         finally:
             for fd in files:
                 os.close(fd)

@@ -155,12 +155,12 @@ def validate_launch_request(req: Dict) -> Dict:
     if not isinstance(record_json, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i in argv_pins for i in record_json):
         raise bad_request(f"record_json {quote(record_json)}: must be a list of argv indexes that "
-                                          "argv_pins pins (besides 0)")
+                          "argv_pins pins (besides 0)")
     env_pins = _pin_map(req, "env_pins")
     for name in env_pins:
         if name not in env or not env_allowed(name):
             raise bad_request(f"env_pins[{name}]: must name a variable of env that the child keeps "
-                                              "(the allowlist)")
+                              "(the allowlist)")
         _regular_file(f"env[{name}] (pinned by env_pins)", env[name])
     preload = req.get("ld_preload") or []
     if not isinstance(preload, list):
@@ -170,13 +170,13 @@ def validate_launch_request(req: Dict) -> Dict:
         field = f"ld_preload[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"path", "sha256"}:
             raise bad_request(f"{field} {quote(entry)}: must be {{path, sha256}} "
-                                              "(only hash-pinned libraries are preloaded)")
+                              "(only hash-pinned libraries are preloaded)")
         lib = _abs_path(f"{field}.path", entry["path"])
         if any(c in lib for c in " \t\n:"):
             raise bad_request(f"{field}.path {quote(lib)}: must not contain spaces or colons")
         if not is_sha256(entry["sha256"]):
             raise bad_request(f"{field}.sha256 {quote(entry['sha256'])}: must be 64 lowercase hex "
-                                              "digits")
+                              "digits")
         _regular_file(f"{field}.path", lib)
         libraries.append({"path": lib, "sha256": entry["sha256"]})
     cwd = req.get("cwd")
@@ -204,7 +204,7 @@ def _pin_map(req: Dict, field: str) -> Dict:
         return {}
     if not isinstance(pins, dict) or len(pins) > MAX_PINS:
         raise bad_request(f"{field} {quote(pins)}: must be a mapping of at most {MAX_PINS} entries "
-                                          "to a sha256 (64 lowercase hex digits) or null")
+                          "to a sha256 (64 lowercase hex digits) or null")
     out = {}
     for given, sha in pins.items():
         key = given

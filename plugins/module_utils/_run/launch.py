@@ -98,7 +98,7 @@ def check_preload(libraries):
         field = f"ld_preload[{index}]"
         if not isinstance(entry, dict) or not entry.get("path") or not entry.get("sha256"):
             raise bad_input(f"{field}={quote(entry)}: needs path and sha256 (only hash-pinned "
-                                           "libraries)")
+                            "libraries)")
         path = entry["path"]
         if not isinstance(path, str) or not os.path.isabs(path):
             raise bad_input(f"{field}.path={quote(path)}: must be an existing absolute file")
@@ -154,7 +154,7 @@ def build_case(params):
     else:
         if not params.get("peer_address"):
             raise bad_input("peer_address: required for the requester (the source's ready address; none "
-                              "when the source runner did not become ready)")
+                            "when the source runner did not become ready)")
         case["peer_address"] = params["peer_address"]
     for optional in ("peer_registration_id", "seed", "timeouts"):
         if params.get(optional) is not None:
@@ -170,7 +170,7 @@ def prepare_output(output_dir):
     """A fresh private output directory: receipts of an earlier attempt must never be mistaken for ours."""
     if os.path.exists(os.path.join(output_dir, LEDGER_NAME)) or os.path.exists(os.path.join(output_dir, READY_NAME)):
         raise RunnerError("runner.output_not_empty", f"output_dir={output_dir}: already holds receipts of another run; "
-                                              "use a new directory per role and generation")
+                          "use a new directory per role and generation")
     # The case's and the role's directories too (the role makes no directory of its own): 0700 each.
     private_dir(output_dir, "output_dir")
 
@@ -190,7 +190,7 @@ def start(params, check_mode=False):
     fmt = env.get("ORBITE_OBSERVER_LOG_FORMAT", "binary")
     if fmt not in OBSERVER_LOG_SUFFIXES:
         raise bad_input(f"env.ORBITE_OBSERVER_LOG_FORMAT={quote(fmt)}: the observer log format is "
-                                       "binary (the default) or json (JSON lines, for debugging)")
+                        "binary (the default) or json (JSON lines, for debugging)")
     if check_mode:
         return {"changed": True, "case": case, "ld_preload": [p["path"] for p in preload]}
     prepare_output(output_dir)
@@ -251,7 +251,7 @@ def read_ready(ready_path):
         raise RunnerError("runner.ready_invalid", f"{ready_path}: cannot be read ({error.strerror or error})") from None
     except OrbiteError as error:  # not a regular file, too large
         raise RunnerError("runner.ready_invalid", f"{error}; rule: a regular JSON file of at most {READY_MAX_BYTES} "
-                                           "bytes") from None
+                          "bytes") from None
     try:
         ready = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -262,7 +262,7 @@ def read_ready(ready_path):
         return None  # being written: read again
     if not isinstance(ready, dict):
         raise RunnerError("runner.ready_invalid", f"{ready_path}: holds {quote(ready)}; rule: a JSON object "
-                                           "(pid, service_address, ...)")
+                          "(pid, service_address, ...)")
     return ready
 
 
@@ -273,7 +273,7 @@ def wait_ready(client, child, output_dir, timeout):
     if ready is not None:
         if ready.get("pid") != child["pid"]:
             raise RunnerError("runner.ready_mismatch", f"{ready_path}: written by pid {quote(ready.get('pid'))}, "
-                                                f"the supervised source is pid {child['pid']}")
+                              f"the supervised source is pid {child['pid']}")
         return ready
     if state is not None:
         raise RunnerError("runner.exited_before_ready",
@@ -281,7 +281,7 @@ def wait_ready(client, child, output_dir, timeout):
                           f"signal {state.get('exit_signal_name')}); see {output_dir}/runner.stderr", child=state)
     detail = f"{ready_path} is not complete JSON" if os.path.lexists(ready_path) else f"no {ready_path}"
     raise RunnerError("runner.ready_timeout", f"the source runner was not ready within {timeout} s ({detail}); "
-                                       f"it is still running as pid {child['pid']}")
+                      f"it is still running as pid {child['pid']}")
 
 
 def _await_json(client, child_id, path, deadline, poll_s, between=None):
@@ -360,7 +360,7 @@ def wait_restart_point(params):
         if point is not None:
             if point.get("pid") != params["pid"]:
                 raise RunnerError("runner.restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "
-                                                            f"the supervised runner is pid {params['pid']}")
+                                  f"the supervised runner is pid {params['pid']}")
             client.renew()
             return {"changed": False, "restart_point": point}
         if state is not None:
@@ -369,10 +369,10 @@ def wait_restart_point(params):
                               f"{state.get('exit_code')}, signal {state.get('exit_signal_name')}); see "
                               f"{params['output_dir']}/runner.stderr", child=state)
         raise RunnerError("runner.timeout", f"no {path} within {params['timeout']} s; the runner (pid "
-                                     f"{params['pid']}) still runs")
+                          f"{params['pid']}) still runs")
     except SupervisorError as error:
         raise RunnerError("runner.wait_failed", f"waiting for the restart point of child {params['child_id']} failed: "
-                                         f"{error}") from None
+                          f"{error}") from None
 
 
 def read_progress(output_dir):
