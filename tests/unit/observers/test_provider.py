@@ -892,6 +892,13 @@ def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, t
         # flushed; exactly the bytes before the stall landed, the rest and every other byte untouched
         assert got["status"] == WR_FLUSH_ERR and got["len"] == length
         assert got["landed"] == stall and got["dirty"] == 0
+        # the responder's count (WRITE landed, READ served) is exactly the moved prefix: single copy, as soon
+        # as the requester reached the stall point, before the QP moves; TCP, a WRITE's by its flush
+        # completion (the responder lands on its own time, and serves a READ chunks ahead)
+        if payload == "auto":
+            assert got["server_at_stall"] == got["server_at_cqe"] == stall, got
+        elif opcode == "RDMA_WRITE":
+            assert got["server_at_cqe"] == stall, got
 
 
 def test_stall_hook_from_the_environment(build, hosts, tmp_path):
