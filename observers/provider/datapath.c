@@ -1869,12 +1869,14 @@ static int rx_direct(struct pqp *q, int fd, struct swqe *e, const struct resp_hd
 		done += n;
 		if (read)
 			stat_add(q->c, S_READ_BYTES_LANDED, n);
+		/* Paced between landing and report: a move to ERR then finds the
+		 * piece landed but not yet reported, and its report still goes. */
+		if (cfg.pace_us)
+			usleep((useconds_t)cfg.pace_us);
 		if (report_piece(q, fd, e, n, done == e->stall_at)) {
 			rc = RX_IOERR;
 			break;
 		}
-		if (cfg.pace_us)
-			usleep((useconds_t)cfg.pace_us);
 	}
 	release_sges(q, e->num_sge, mem);
 	if (send_done(fd, e, done))
