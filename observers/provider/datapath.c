@@ -74,9 +74,13 @@ struct hello_reply {
 	uint64_t nonce_addr;
 };
 
-enum { OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD, OP_SEND_INV, OP_DONE };
+enum {
+	OP_WRITE = 1, OP_READ, OP_SEND, OP_WRITE_IMM, OP_SEND_IMM, OP_CMP_SWP, OP_FETCH_ADD, OP_SEND_INV,
+	OP_DONE, OP_MOVED
+};
 #define REQ_SOLICITED 1
-#define REQ_DIRECT 2 /* the requester moves the payload itself: grant, then OP_DONE */
+#define REQ_DIRECT 2 /* the requester moves the payload itself: grant, OP_MOVED per piece, then OP_DONE */
+#define REQ_ACK 4    /* an OP_MOVED the responder acknowledges once counted */
 
 struct req_hdr {
 	uint8_t op;
@@ -1643,6 +1647,13 @@ static int tx_one(struct pqp *q, int fd, struct swqe *e)
 	return TX_OK;
 }
 
+/* Whether the last WR tx sent is a granted one rx has not finished (tx
+ * sends nothing behind it until then). */
+static int granted_in_flight(struct pqp *q, uint32_t n)
+{
+	return q->sq_rx < q->sq_tx && direct_wr(q, &q->sq[(q->sq_tx - 1) % n]);
+}
+
 static void *tx_main(void *arg)
 {
 	struct pqp *q = arg;
@@ -1704,8 +1715,10 @@ static void *tx_main(void *arg)
 	}
 out:
 	q->tx_stopped = 1;
-	/* The peer lands everything sent so far, then sees the end. */
-	if (q->ofd >= 0)
+	/* The peer lands everything sent so far, then sees the end; a granted WR
+	 * still moving keeps the connection for rx to report to the end (rx_flush
+	 * ends it). */
+	if (q->ofd >= 0 && !granted_in_flight(q, n))
 		shutdown(q->ofd, SHUT_WR);
 	qp_wake(q);
 	pthread_mutex_unlock(&q->lock);
@@ -1782,21 +1795,46 @@ static int copy_piece(struct pqp *q, struct swqe *e, const struct memref *mem, u
 	return 0;
 }
 
-static int send_done(int fd, const struct swqe *e, uint64_t moved)
+/* A message of a granted WR to its responder: op OP_MOVED or OP_DONE. */
+static int send_grant_msg(int fd, const struct swqe *e, int op, int flags, uint64_t len)
 {
 	struct req_hdr d;
 
 	memset(&d, 0, sizeof(d));
-	d.op = OP_DONE;
+	d.op = (uint8_t)op;
+	d.flags = (uint8_t)flags;
 	d.seq = (uint32_t)e->seq;
-	d.len = moved;
+	d.len = len;
 	return send_all(fd, &d, sizeof(d));
+}
+
+static int send_done(int fd, const struct swqe *e, uint64_t moved)
+{
+	return send_grant_msg(fd, e, OP_DONE, 0, moved);
+}
+
+/* Tell the responder a piece moved, so that it counts it as it would have
+ * landed (WRITE) or served (READ) it on TCP.  At the stall point the report
+ * is acknowledged: the responder's figure is complete before the WR waits,
+ * and so before whoever watches the stall moves the QP. */
+static int report_piece(struct pqp *q, int fd, const struct swqe *e, uint64_t n, int sync)
+{
+	struct resp_hdr ack;
+
+	if (send_grant_msg(fd, e, OP_MOVED, sync ? REQ_ACK : 0, n))
+		return -1;
+	if (!sync)
+		return 0;
+	if (recv_q(q, fd, &ack, sizeof(ack)))
+		return -1;
+	return ack.status == R_ACK && ack.op == OP_MOVED && ack.seq == (uint32_t)e->seq ? 0 : -1;
 }
 
 /* A granted READ or WRITE: the payload moves between this process's SGEs
  * and the peer's memory at the granted address, piece by piece with the
- * stall point and state checks of the TCP path; then OP_DONE with the bytes
- * moved, and the peer's acknowledgement of a whole transfer. */
+ * stall point and state checks of the TCP path, each piece reported; then
+ * OP_DONE with the bytes moved, and the peer's acknowledgement of a whole
+ * transfer. */
 static int rx_direct(struct pqp *q, int fd, struct swqe *e, const struct resp_hdr *h)
 {
 	int read = e->opcode == IBV_WR_RDMA_READ, rc = RX_OK;
@@ -1831,8 +1869,14 @@ static int rx_direct(struct pqp *q, int fd, struct swqe *e, const struct resp_hd
 		done += n;
 		if (read)
 			stat_add(q->c, S_READ_BYTES_LANDED, n);
+		/* Paced between landing and report: a move to ERR then finds the
+		 * piece landed but not yet reported, and its report still goes. */
 		if (cfg.pace_us)
 			usleep((useconds_t)cfg.pace_us);
+		if (report_piece(q, fd, e, n, done == e->stall_at)) {
+			rc = RX_IOERR;
+			break;
+		}
 	}
 	release_sges(q, e->num_sge, mem);
 	if (send_done(fd, e, done))
@@ -1928,6 +1972,8 @@ static void rx_flush(struct pqp *q)
 		uint64_t deadline = now_ms() + DRAIN_MS;
 		uint8_t sink[16384];
 
+		/* tx left it open for a granted WR's last reports: the peer sees the end now. */
+		shutdown(fd, SHUT_WR);
 		pthread_mutex_unlock(&q->lock);
 		for (;;) {
 			uint64_t now = now_ms();
@@ -2206,29 +2252,53 @@ static int serve_atomic(struct pqp *q, int fd, const struct req_hdr *r)
 	return sendv_all(fd, iov, 2) ? -1 : 0;
 }
 
+/* The granted WR's reports up to its OP_DONE: each OP_MOVED piece counted
+ * as it arrives (acknowledged when asked), the total checked against the
+ * OP_DONE.  The bytes moved, or -1 when the connection ended or broke the
+ * protocol (what was reported stays counted: it landed). */
+static int64_t count_reports(struct pqp *q, int fd, const struct req_hdr *r)
+{
+	uint64_t moved = 0;
+
+	for (;;) {
+		struct req_hdr d;
+
+		if (recv_all(fd, &d, sizeof(d)) || d.seq != r->seq)
+			return -1;
+		if (d.op == OP_DONE)
+			return d.len == moved ? (int64_t)moved : -1;
+		if (d.op != OP_MOVED || d.len > r->len - moved)
+			return -1;
+		moved += d.len;
+		stat_add(q->c, r->op == OP_READ ? S_READ_BYTES_SERVED : S_WRITE_BYTES_LANDED, d.len);
+		if ((d.flags & REQ_ACK) && send_resp(fd, R_ACK, &d, moved))
+			return -1;
+	}
+}
+
 /* A READ or WRITE the requester moves itself (REQ_DIRECT), its key, range
- * and access checked: grant the range's address, wait for OP_DONE with the
- * bytes moved (the memory held until then), count them, acknowledge a whole
- * transfer.  0 served, -1 the connection ended or broke the protocol. */
+ * and access checked: grant the range's address, count the requester's
+ * reports of the pieces moved until its OP_DONE (the memory held until
+ * then), acknowledge a whole transfer.  0 served, -1 the connection ended or
+ * broke the protocol. */
 static int serve_direct(struct pqp *q, int fd, const struct req_hdr *r, struct memref *m)
 {
 	uint64_t addr = (uint64_t)(uintptr_t)m->ptr;
 	struct resp_hdr h;
 	struct iovec iov[2] = { { &h, sizeof(h) }, { &addr, sizeof(addr) } };
-	struct req_hdr d;
-	int rc;
+	int64_t moved = -1;
 
 	memset(&h, 0, sizeof(h));
 	h.status = R_GRANT;
 	h.op = r->op;
 	h.seq = r->seq;
 	h.len = r->len;
-	rc = sendv_all(fd, iov, 2) || recv_all(fd, &d, sizeof(d));
+	if (sendv_all(fd, iov, 2) == 0)
+		moved = count_reports(q, fd, r);
 	mem_release(q->c, m);
-	if (rc || d.op != OP_DONE || d.seq != r->seq || d.len > r->len)
+	if (moved < 0)
 		return -1;
-	stat_add(q->c, r->op == OP_READ ? S_READ_BYTES_SERVED : S_WRITE_BYTES_LANDED, d.len);
-	if (d.len < r->len)
+	if ((uint64_t)moved < r->len)
 		return 0; /* stopped part way: the requester ends the connection */
 	return send_resp(fd, R_ACK, r, 0) ? -1 : 0;
 }

@@ -1159,9 +1159,18 @@ static void unlike_part(uint64_t len, uint32_t seed, uint64_t *prefix, uint64_t 
 	*dirty = changed + not_byte(C.buf, len, LBUF_LEN - len, SENT_C);
 }
 
+/* The server's read_bytes_served (which 0) or write_bytes_landed (1). */
+static long long server_counter(int which)
+{
+	return (long long)call(C_COUNTERS, 0, 0, 0, 0).v[which];
+}
+
+/* server_at_stall: the server's count of the WR's bytes once the requester
+ * reached the stall point, before the QP is moved; server_at_cqe: at its
+ * flush completion. */
 static void partial_read(struct pair *p, uint64_t len, uint64_t stall, int mode)
 {
-	long long stalls = orbite_provider_counter("stalls");
+	long long stalls = orbite_provider_counter("stalls"), before = server_counter(0), at_stall;
 	uint64_t prefix, dirty;
 	struct ibv_wc wc;
 
@@ -1175,34 +1184,42 @@ static void partial_read(struct pair *p, uint64_t len, uint64_t stall, int mode)
 		usleep(60000); /* paced: the WR is part way */
 	else
 		wait_stalled(stalls);
+	at_stall = server_counter(0) - before;
 	to_err(p->qp);
 	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 61);
 	unlike_part(len, 51, &prefix, &dirty);
 	out("{\"op\":\"partial\",\"opcode\":\"RDMA_READ\",\"mode\":%d,\"len\":%llu,\"stall\":%llu,"
-	    "\"status\":%d,\"landed\":%llu,\"dirty\":%llu}",
+	    "\"status\":%d,\"landed\":%llu,\"dirty\":%llu,\"server_at_stall\":%lld,\"server_at_cqe\":%lld}",
 	    mode, (unsigned long long)len, (unsigned long long)stall, wc.status,
-	    (unsigned long long)prefix, (unsigned long long)dirty);
+	    (unsigned long long)prefix, (unsigned long long)dirty, at_stall, server_counter(0) - before);
 }
 
-static void partial_write(struct pair *p, uint64_t len, uint64_t stall)
+/* mode 0: stopped at the stall point; 2: paced, moved to ERR part way. */
+static void partial_write(struct pair *p, uint64_t len, uint64_t stall, int mode)
 {
-	long long stalls = orbite_provider_counter("stalls");
+	long long stalls = orbite_provider_counter("stalls"), before = server_counter(1), at_stall, at_cqe;
 	struct ibv_wc wc;
 	struct reply r;
 
 	call(C_SENT, 0, 0, 0, 0);
 	fill(C.buf, 0, len, 52);
-	CHECK(orbite_provider_qp_stall(p->qp, stall, 20000) == 0);
+	if (mode == 0)
+		CHECK(orbite_provider_qp_stall(p->qp, stall, 20000) == 0);
 	CHECK(post_rdma(p->qp, IBV_WR_RDMA_WRITE, 62, C.buf, (uint32_t)len, C.mr->lkey, C.raddr, C.rkey,
 			IBV_SEND_SIGNALED) == 0);
-	wait_stalled(stalls);
+	if (mode == 2)
+		usleep(60000);
+	else
+		wait_stalled(stalls);
+	at_stall = server_counter(1) - before;
 	to_err(p->qp);
 	CHECK(poll1(C.e.cq, &wc, 10000) && wc.wr_id == 62);
+	at_cqe = server_counter(1) - before;
 	r = call(C_CHECKPART, 0, 0, len, 52);
-	out("{\"op\":\"partial\",\"opcode\":\"RDMA_WRITE\",\"mode\":0,\"len\":%llu,\"stall\":%llu,"
-	    "\"status\":%d,\"landed\":%lld,\"dirty\":%lld}",
-	    (unsigned long long)len, (unsigned long long)stall, wc.status, (long long)r.v[0],
-	    (long long)(r.v[1] + r.v[2]));
+	out("{\"op\":\"partial\",\"opcode\":\"RDMA_WRITE\",\"mode\":%d,\"len\":%llu,\"stall\":%llu,"
+	    "\"status\":%d,\"landed\":%lld,\"dirty\":%lld,\"server_at_stall\":%lld,\"server_at_cqe\":%lld}",
+	    mode, (unsigned long long)len, (unsigned long long)stall, wc.status, (long long)r.v[0],
+	    (long long)(r.v[1] + r.v[2]), at_stall, at_cqe);
 }
 
 static void sc_partial(int mode)
@@ -1213,12 +1230,15 @@ static void sc_partial(int mode)
 		partial_read(&p, 4u << 20, (1u << 20) + 12345, 0);
 		pair_free(&p);
 		p = pair_new(16, RW);
-		partial_write(&p, 16u << 20, (5u << 20) + 7);
+		partial_write(&p, 16u << 20, (5u << 20) + 7, 0);
 	} else if (mode == 1) {
 		/* ORBITE_PROVIDER_STALL=0:<bytes>: the first payload WR stalls */
 		partial_read(&p, 4u << 20, (uint64_t)strtoull(getenv("PARTIAL_STALL"), NULL, 10), 1);
 	} else {
 		partial_read(&p, 4u << 20, 0, 2);
+		pair_free(&p);
+		p = pair_new(16, RW);
+		partial_write(&p, 16u << 20, 0, 2);
 	}
 	pair_free(&p);
 }

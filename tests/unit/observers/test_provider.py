@@ -887,11 +887,20 @@ def test_connections_beyond_the_handshake_slots_are_closed_at_once(build, hosts,
 def test_qp_error_stops_a_wr_part_way_exactly_at_the_stall_point(build, hosts, tmp_path, payload):
     env = _payload_env(payload)
     pair = run_pair(build, hosts, tmp_path, "partial", client_env=env, server_env=env)
+    counted, stalls = {}, {}
     for opcode, length, stall in (("RDMA_READ", 4 << 20, (1 << 20) + 12345), ("RDMA_WRITE", 16 << 20, (5 << 20) + 7)):
         got = pair.one("partial", opcode=opcode)
         # flushed; exactly the bytes before the stall landed, the rest and every other byte untouched
         assert got["status"] == WR_FLUSH_ERR and got["len"] == length
         assert got["landed"] == stall and got["dirty"] == 0
+        counted[opcode], stalls[opcode] = (got["server_at_stall"], got["server_at_cqe"]), stall
+    # the responder's count (WRITE landed, READ served) is exactly the moved prefix: single copy, as soon as the
+    # requester reached the stall point, before the QP moves; TCP, a WRITE's by its flush completion (the
+    # responder lands on its own time, and serves a READ chunks ahead)
+    if payload == "auto":
+        assert counted == {op: (stall, stall) for op, stall in stalls.items()}
+    else:
+        assert counted["RDMA_WRITE"][1] == stalls["RDMA_WRITE"]
 
 
 def test_stall_hook_from_the_environment(build, hosts, tmp_path):
@@ -916,9 +925,13 @@ def test_paced_chunks_land_a_prefix(build, hosts, tmp_path):
         "partial_pace",
         client_env={"ORBITE_PROVIDER_CHUNK": str(chunk), "ORBITE_PROVIDER_PACE_US": "5000"},
     )
-    got = pair.one("partial")
-    assert got["status"] == WR_FLUSH_ERR and got["dirty"] == 0
-    assert 0 < got["landed"] < got["len"] and got["landed"] % chunk == 0
+    for opcode in ("RDMA_READ", "RDMA_WRITE"):
+        got = pair.one("partial", opcode=opcode)
+        assert got["status"] == WR_FLUSH_ERR and got["dirty"] == 0
+        assert 0 < got["landed"] < got["len"] and got["landed"] % chunk == 0
+    # single copy, moved to ERR while a landed piece was not yet reported: its report still reached the
+    # responder, which counted every landed byte by the flush completion
+    assert got["server_at_cqe"] == got["landed"], got
 
 
 # ---------------------------------------------------------------- observers --
