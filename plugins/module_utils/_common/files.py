@@ -48,7 +48,7 @@ def atomic_writer(path: str, mode: int = 0o600, dir_fd=None) -> Iterator[BinaryI
 
 def _temporary_in(dir_fd):
     """(fd, name) of a new file (0600) in the open directory ``dir_fd``, as tempfile.mkstemp makes one by path."""
-    for _ in range(tempfile.TMP_MAX):
+    for _attempt in range(tempfile.TMP_MAX):
         name = ".tmp-" + os.urandom(6).hex()
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
