@@ -89,12 +89,13 @@ SECONDS = {
 
 def check_seconds(given):
     """The play's node-step seconds ``given`` ({variable: value or None when unset}) as numbers; a value that is
-    not a number in its range, or a variable outside SECONDS, is an error naming the variable, value and rule."""
+    not a number in its range, or a variable outside SECONDS, is an error naming the variable, value and rule.
+    Empty text counts as unset: ansible-core 2.17 renders an unset variable's ``default(none)`` as ''."""
     out = {}
     for variable, value in (given or {}).items():
         if variable not in SECONDS:
             raise RunPlanError(f"timeouts: {quote(variable)} is not one of {', '.join(SECONDS)}")
-        if value is None:
+        if value is None or (isinstance(value, str) and not value.strip()):
             continue
         low, high, low_open = SECONDS[variable]
         try:

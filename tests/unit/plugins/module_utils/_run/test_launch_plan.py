@@ -116,6 +116,9 @@ def test_the_module_takes_survey_seconds_and_names_a_bad_one(tmp_path):
     given = {"orbite_lease": "60", "orbite_lock_timeout": 0, "orbite_runner_timeout": " 0.5 ",
              "orbite_runner_poll": None, "orbite_runner_ready_timeout": 30.0}
     assert not run_module("run_plan", tmp_path, dict(base, timeouts=given)).get("failed")
+    # ansible-core 2.17 renders an unset variable's default(none) as '': unset, as None is.
+    unset = run_module("run_plan", tmp_path, dict(base, run_dir=str(tmp_path / "u"), timeouts={"orbite_lease": ""}))
+    assert not unset.get("failed"), unset
     for variable, value, rule in (("orbite_lease", "abc", "(0, 604800]"), ("orbite_lease", "0", "(0, 604800]"),
                                   ("orbite_lock_timeout", "-1", "[0, 3600]"),
                                   ("orbite_runner_poll", True, "(0, 86400]"),
