@@ -90,8 +90,9 @@ options:
     default: []
   timeouts:
     description:
-      - The runner role's seconds as the play gives them, by variable (C(orbite_lease), C(orbite_lock_timeout),
-        C(orbite_runner_ready_timeout), C(orbite_runner_timeout), C(orbite_runner_poll)); null for one not given.
+      - The runner role's seconds as the play gives them, a mapping of variable name to value (C(orbite_lease),
+        C(orbite_lock_timeout), C(orbite_runner_ready_timeout), C(orbite_runner_timeout), C(orbite_runner_poll));
+        null or empty text for one not given.
       - Each must be a number, or text of one (an AWX survey sends C("60")), in the range the supervisor and the
         runner module take; anything else fails naming the variable, its value and the range, before any node is
         touched. Checked only, not recorded.
