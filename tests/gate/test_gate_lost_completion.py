@@ -64,12 +64,15 @@ def test_every_lost_completion_switch_fails_exactly_its_code_end_to_end(repo_roo
     leaves cq_fault out of the deploy and preload (a diagnostic variant): it fails by the observer's name."""
     table = gate.direct_pair_table("test_sim_lost_completion")
     shape = {"generations": 2, "operation": "write", "rdma_events": True}
-    variants = [{"id": switch, "defects": [switch], "changes": dict(shape, fault_role=fault)}
-                for switch, fault, _code in table]
+    # A switch the table gives for both fault roles is a case per role (case IDs are unique in a run).
+    switches = [switch for switch, _fault, _code in table]
+    ids = [switch if switches.count(switch) == 1 else f"{switch}-{fault}" for switch, fault, _code in table]
+    variants = [{"id": case, "defects": [switch], "changes": dict(shape, fault_role=fault)}
+                for case, (switch, fault, _code) in zip(ids, table)]
     variants.append({"id": "no-cq-fault", "leave_out": ["cq_fault"], "changes": dict(shape, fault_role="source")})
     verdict, run_dir = gate.run_defect_matrix(repo_root, ansible_env, lab, tmp_path, "lost_completion.yml", variants,
-                                              {switch: ([switch], [code]) for switch, _fault, code in table})
-    assert verdict["diagnostic_only"] and sorted(verdict["defects"]) == sorted(s for s, _fault, _code in table)
+                                              {case: ([switch], [code]) for case, (switch, _, code) in zip(ids, table)})
+    assert verdict["diagnostic_only"] and sorted(verdict["defects"]) == sorted(set(switches))
     # Without the preload: the run says so, the observer's log is missing by name, the journal shows the requester
     # ran without it, and nothing was withheld, so the kill point is not the mode's.
     plan = json.loads((run_dir / "run.json").read_text())

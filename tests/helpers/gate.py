@@ -135,7 +135,10 @@ def run_defect_matrix(repo_root, ansible_env, lab, runs, playbook, variants, exp
     no supervisor is left afterwards. Returns (verdict, run directory)."""
     result = run_gate(repo_root, ansible_env, lab, runs, playbook, {"orbite_case_variants": variants}, timeout=2400)
     assert result.returncode != 0, result.stdout[-4000:]
-    found, run_dir = verdict(runs)
+    try:
+        found, run_dir = verdict(runs)
+    except (FileNotFoundError, ValueError) as error:  # no verdict: the playbook's own words say why
+        raise AssertionError(f"{error}\n{result.stdout[-4000:]}") from None
     check_defect_matrix(found, run_dir, expected)
     if len(variants) == len(expected):
         assert set(found["failed_codes"]) == {"run.diagnostic", *(c for _s, codes in expected.values() for c in codes)}

@@ -10,6 +10,7 @@ error, never a signal.
 """
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -73,9 +74,22 @@ def _need(tool, package):
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range: a port the kernel handed out could be handed out
+    again (a provider connection, another test) before the tool binds it ("Couldn't listen to port")."""
+    low = 20000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = min(low, int(f.read().split()[0]) - 1000)
+    except (OSError, ValueError, IndexError):
+        pass
+    for port in random.sample(range(low - 8000, low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free loopback port in [{low - 8000}, {low})")
 
 
 def _listening(port):
