@@ -85,6 +85,11 @@ def _told(start):
     return pin, told if isinstance(told, dict) else None
 
 
+def told_case(start):
+    """The case file the supervisor journaled for a runner start (``child_start``), or {} when it pins none."""
+    return _told(start)[1] or {}
+
+
 def told_cases(case):
     """(role, generation, case the runner was told, journal path) for each runner whose case the journal records.
 

@@ -20,6 +20,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._profile impo
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.registry import applies, rule
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules import _lifecycle as lifecycle
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules._walk import ROLES, runner_starts
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules.identity import told_case
 
 MRS_PER_CONTEXT = 2  # a data MR and a ctrl MR per context: four persistent MRs per peer
 PROBED = ("open_segment", "submit")
@@ -46,16 +47,6 @@ def relay_start(case):
     for record in ([header] if isinstance(header, dict) else []) + (events or []):
         if isinstance(record, dict) and record.get("ev") == "start":
             return record
-    return {}
-
-
-def _told(start):
-    """The case file the supervisor journaled for a runner start (``child_start`` ``pinned`` json), or {}."""
-    argv = start.get("argv") or []
-    index = argv.index("--case") + 1 if "--case" in argv else None
-    for pin in start.get("pinned") or []:
-        if isinstance(pin, dict) and pin.get("what") == f"argv[{index}]" and isinstance(pin.get("json"), dict):
-            return pin["json"]
     return {}
 
 
@@ -227,7 +218,7 @@ def check_replacement(case):
             problems.append((f"{fault} g{generation}: {len(found)} runner start(s) for this generation", path))
             continue
         pids.append(found[0].get("pid"))
-        told = _told(found[0])
+        told = told_case(found[0])
         ledger = case.ledger(fault, generation)
         if ledger.get("registration_id") != first.get("registration_id"):
             problems.append((f"{fault} g{generation}: registration {ledger.get('registration_id')!r}, generation 1 "
