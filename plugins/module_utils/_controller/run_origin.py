@@ -37,10 +37,10 @@ def _final_verdict(run_dir):
 def origin_of(run_dir, write=True):
     """rerun_origin of ``run_dir``, after verifying it when its verdict is not final (writing that verdict there
     unless ``write`` is False: check mode). ``verified`` says whether it was verified now."""
-    if _final_verdict(run_dir) is not None or not os.path.isfile(os.path.join(run_dir, "run.json")):
-        return dict(rerun_origin(run_dir), verified=False)
-    verdict = verify_run(run_dir, write=write)
-    return dict(rerun_origin(run_dir, verdict=verdict), verified=True)
+    final = _final_verdict(run_dir)
+    if final is None and os.path.isfile(os.path.join(run_dir, "run.json")):
+        return dict(rerun_origin(run_dir, verdict=verify_run(run_dir, write=write)), verified=True)
+    return dict(rerun_origin(run_dir, verdict=final), verified=False)
 
 
 def run(module):
