@@ -38,7 +38,11 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.numbers import ascii_int
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_json, private_dir
+from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
+    atomic_write_json,
+    private_dir,
+    read_regular_bytes,
+)
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import namespace as ns
 from ansible_collections.orbite.qualification.plugins.module_utils._sim.fake_sysfs import (
@@ -195,14 +199,16 @@ def _write_record(request: HostRequest, record: Dict) -> None:
     atomic_write_json(request.record_path, record, mode=0o600)
 
 
+RECORD_READ_LIMIT = 1 << 16  # a host record is a few hundred bytes
+
+
 def _lab_makers(lab_dir: str) -> List[str]:
     """The collections (checkouts or installed copies) the lab's host records say made them."""
     makers: List[str] = []
     for path in sorted(glob.glob(os.path.join(lab_dir, LAB_STATE_DIR, "hosts", "*.json"))):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                maker = json.load(handle).get("created_by")
-        except (OSError, ValueError, AttributeError):
+        try:  # the collection's bounded reader: another lab's state may hold anything
+            maker = json.loads(read_regular_bytes(path, RECORD_READ_LIMIT)).get("created_by")
+        except (OSError, ValueError, AttributeError, OrbiteError):
             continue
         if isinstance(maker, str) and maker not in makers:
             makers.append(maker)
