@@ -55,14 +55,14 @@ MODES = {
 def largest_profile(mode, operation):
     """The profile of ``mode`` with the most work the preflight accepts (checked with the profile model)."""
     parents, lanes = pm.MAX_PARENTS, pm.MAX_LANES
-    payload = pm.MAX_PAYLOAD
-    while pm.backing_per_peer(parents, payload) > pm.MAX_BACKING_PER_PEER:
-        payload -= 1
-    bound = pm.MAX_WRS_PER_ROUND
-    slices = bound // parents  # the most WRs a round may take: the smallest block that keeps to them
-    block = -(-payload // slices)
-    while parents * max(1, payload // block) > bound:
-        block += 1
+    low, high = pm.MIN_PAYLOAD, pm.MAX_PAYLOAD  # the largest payload the backing bound leaves (it grows with it)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if pm.backing_per_peer(parents, middle) <= pm.MAX_BACKING_PER_PEER else (
+            low, middle - 1)
+    payload = low
+    # The smallest block whose slices (ceil(payload / block) per parent, as the preflight counts) keep to the bound.
+    block = -(-payload // (pm.MAX_WRS_PER_ROUND // parents))
     profile = {"source": "sim-a", "requester": "sim-b", "source_kind": "cpu", "requester_kind": "cpu",
                "transport": "rdma", "operation": operation, "rdma_events": False,
                "parents": parents, "payload": payload, "block": block, "num_lanes": lanes, "mask": 3, **MODES[mode][2]}
