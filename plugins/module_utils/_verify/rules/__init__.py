@@ -35,6 +35,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     teardown,
     identity,
     rails,
+    locks,
     restart,
     steps,
     interruption,
