@@ -30,7 +30,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     each_ledger,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules.discovery import locked_rnics
-from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules.identity import _start, told_case
+from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules.identity import runner_start, told_case
 
 # Events that end a supervisor session: what it still held ends there (a new journal_open follows a
 # supervisor that died; its kernel flocks went with it).
@@ -139,10 +139,9 @@ def _others(case):
             key = ("locks.journal", case_id, role)
             if key not in case.run_memo:
                 path = os.path.join(root, "cases", case_id, role, "journal.jsonl")
-                journal = load_journal(path, root, Budget()) if os.path.isfile(path) else None
+                journal = load_journal(path, root, Budget())  # bounded and safe, as every receipt
                 try:
-                    case.run_memo[key] = journal_holds(case_id, role, path, journal.data) if (
-                        journal is not None and journal.ok) else None
+                    case.run_memo[key] = journal_holds(case_id, role, path, journal.data) if journal.ok else None
                 except (KeyError, TypeError, AttributeError):
                     case.run_memo[key] = None  # a journal of another shape: journal.* of its own case
             if case.run_memo[key] is not None:
@@ -229,7 +228,7 @@ def _lifetimes(case, own):
     problems = []
     by_role = {entry.role: entry for entry in own}
     for role, generation, ledger, path in each_ledger(case):
-        entry, start = by_role.get(role), _start(case, role, generation)
+        entry, start = by_role.get(role), runner_start(case, role, generation)
         if entry is None or entry.clock or start is None:
             continue  # a clock that cannot be ordered is reported above; a start the journal lacks: journal.*
         events = case.journals[role].data["events"]
