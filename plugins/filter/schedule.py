@@ -6,7 +6,7 @@ from ansible.errors import AnsibleFilterError
 
 
 def case_schedule(cases, rails, addresses, mode="lanes"):
-    """cases + {host: orbite_rails} + {host: orbite_service_address} + the switch -> the schedule with its lane hosts."""
+    """cases + {host: orbite_rails} + {host: orbite_service_address} + the switch -> the schedule and lane hosts."""
     from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError  # noqa: PLC0415
     from ansible_collections.orbite.qualification.plugins.module_utils._run import schedule  # noqa: PLC0415
 

@@ -120,7 +120,8 @@ def plan_schedule(cases: List[Dict], host_rails: Dict[str, list], mode="lanes") 
             entries.append({
                 "id": case["id"], "lane": lane, "estimate": case_estimate(case),
                 "hosts": {role: lane_name(profile[role], lane) for role in ("source", "requester")},
-                "locks": {host: lanes[lane]["hosts"][host]["locks"] for host in (profile["source"], profile["requester"])},
+                "locks": {host: lanes[lane]["hosts"][host]["locks"]
+                          for host in (profile["source"], profile["requester"])},
             })
         slots.append(entries)
     critical = sum(max(e["estimate"] for e in slot) for slot in slots)

@@ -247,7 +247,7 @@ def sim_host_spec(index, hostname, rnics=2):
     rnics = _as_int(rnics, "rnics")
     if rnics not in SIM_RNICS:
         raise FakeSysfsError(f"rnics {rnics!r}: must be one of {', '.join(map(str, SIM_RNICS))}")
-    nets = (ipaddress.IPv4Network(SIM_IPV4_NET).network_address, ipaddress.IPv4Network(SIM_IPV4_NET_EXTRA).network_address)
+    nets = [ipaddress.IPv4Network(net).network_address for net in (SIM_IPV4_NET, SIM_IPV4_NET_EXTRA)]
     spec = {
         "hostname": hostname,
         "boot_id": f"0b5e1d00-0000-4000-8000-{0xA11CE0000 + index:012x}",
