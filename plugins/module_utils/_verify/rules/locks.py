@@ -159,8 +159,8 @@ def _clash(mine, theirs, plan_index):
     clashes = []
     for held in mine.holds:
         for other in theirs.holds:
-            if overlap(held, other) and (held.start, _order(mine, plan_index)) > (other.start,
-                                                                                   _order(theirs, plan_index)):
+            mine_key = (held.start, _order(mine, plan_index))
+            if overlap(held, other) and mine_key > (other.start, _order(theirs, plan_index)):
                 clashes.append((held, other))
     return clashes
 
