@@ -36,6 +36,14 @@ options:
       - The host's index in the lab (0..99); it selects the host's MACs, GUIDs and GID addresses.
       - Required when O(state=present).
     type: int
+  rnics:
+    description:
+      - How many RNICs the host has, 2 (C(mlx5_0), C(mlx5_1)) or 4 (also C(mlx5_2), C(mlx5_3), at
+        C(127.51.101.x)); a 4-RNIC host offers two lanes to the run's case schedule.
+      - The first two RNICs are the same whatever the count.
+    type: int
+    choices: [2, 4]
+    default: 2
   lab_dir:
     description:
       - Absolute path of the lab directory holding the hosts' roots and the lab's records.
@@ -230,6 +238,7 @@ def main():
         argument_spec={
             "name": {"type": "str", "required": True},
             "index": {"type": "int"},
+            "rnics": {"type": "int", "choices": [2, 4], "default": 2},
             "lab_dir": {"type": "path", "required": True},
             "kind": {"type": "str", "choices": list(KINDS), "default": "local"},
             "state": {"type": "str", "choices": list(STATES), "default": "present"},

@@ -103,6 +103,11 @@ def test_bad_lab_request_fails_clearly(repo_root, ansible_env, tmp_path):
     assert 'sim_lab_count=9: must be a whole number from 2 to 8 (the lab\'s hosts sim-a..sim-h' in " ".join(
         result.stdout.split()), result.stdout[-2000:]
     assert not (tmp_path / "lab9").exists()
+    # RNICs a host: 2 or 4 (two lanes of a case's two rails), refused by name before anything is created.
+    result = _lab(repo_root, ansible_env, sim_lab_dir=str(tmp_path / "lab3"), sim_lab_rnics="3")
+    assert result.returncode != 0
+    assert 'sim_lab_rnics="3": must be 2 or 4' in " ".join(result.stdout.split()), result.stdout[-2000:]
+    assert not (tmp_path / "lab3").exists()
 
 
 @pytest.mark.parametrize("lab_vars", [{"sim_lab_dir": "{inside}/sim-lab"}, {"orbite_work_dir": "{inside}"},

@@ -19,6 +19,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from helpers import observer_log
@@ -767,6 +768,90 @@ def gate_pins_the_rails_crossed(f):
     told_rails(f, "source", lambda rails: list(reversed(rails)))
 
 
+# --- times: a journal's and a ledger's instants moved together (the lock rules read them) ----------------
+
+_CLOCK_TICKS = 100  # USER_HZ: what /proc/<pid>/stat start times count in (the supervisors' start_time)
+
+
+def _iso_shifted(text, delta):
+    at = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+    return iso_time(at + delta)
+
+
+def _shift_record(record, delta):
+    """Every instant of a journal line (or a lock record in it) moved by ``delta`` s: Unix and ISO times, the
+    lease's boot-clock deadline, process start times in clock ticks since boot."""
+    for key, value in list(record.items()):
+        if isinstance(value, dict):
+            _shift_record(value, delta)
+        elif key == "t":
+            record["t"] = round(value + delta, 6)
+            record["time"] = iso_time(record["t"])
+        elif key.endswith("_at") and isinstance(value, str):
+            record[key] = _iso_shifted(value, delta)
+        elif key == "lease_expires" and isinstance(value, (int, float)):
+            record[key] = round(value + delta, 3)
+        elif key == "start_time" and isinstance(value, int) and value >= 0:
+            record[key] = value + round(delta * _CLOCK_TICKS)
+
+
+def _shift_ledger(ledger, delta):
+    """Every instant a ledger states (docs/receipts.md: Unix times) moved by ``delta`` s, durations kept."""
+    for record in [ledger, *ledger["rounds"]]:
+        for key in ("started_at", "finished_at"):
+            if isinstance(record.get(key), (int, float)):
+                record[key] = record[key] + delta
+
+
+def _sibling(files, case_id):
+    """The journals of another case of the same run, as read (a defect never edits them)."""
+    return {role: [json.loads(line) for line in (files.dir.parent / case_id / role / "journal.jsonl").read_text()
+                   .splitlines() if line.strip()] for role in ROLES}
+
+
+def _acquired(events, rnic):
+    return next(e["t"] for e in events if e.get("ev") == "lock_acquire" and e.get("rnic") == rnic)
+
+
+def _released(events, rnic):
+    return next(e["t"] for e in events if e.get("ev") == "lock_release" and e.get("rnic") == rnic)
+
+
+def lane_alias_locks_in_its_own_directory(f):
+    """A lane alias of the source's machine (another inventory name, the same host name and boot ID) ran
+    this case while case ra held the RNICs there: its supervisor locked them in a lock directory of its
+    own, so its flocks never met ra's (previous state none). The whole case ran then: every instant of
+    both journals (lock records, leases, process start times) and of both ledgers moved together, so the
+    case agrees with itself; only ra's journals, another process's word, show the same mlx5_0 held."""
+    other = _sibling(f, "ra")
+    mine = f.journals
+    # Begin just after ra's last lock was taken on either node, so this case's holds are the later ones.
+    begin = max(_acquired(other[role], rnic) for role in ROLES for rnic in ("mlx5_0", "mlx5_1")) + 0.005
+    delta = begin - min(line["t"] for role in ROLES for line in mine[role])
+    for role in ROLES:
+        for line in mine[role]:
+            _shift_record(line, delta)
+            if line.get("ev") == "supervisor_start":
+                line["lock_dir"] = line["lock_dir"] + "-lane1"
+            if line.get("ev") in ("lock_acquire", "lock_release"):
+                line["path"] = line["path"].replace("/locks/", "/locks-lane1/")
+            if line.get("ev") == "lock_acquire":
+                line.update(previous_state="none", previous_owner=None, previous_owner_gone=None)
+        _shift_ledger(f.ledgers[role], delta)
+        f.touched.add(role)
+    source = mine["source"]
+    assert _acquired(source, "mlx5_0") < _released(other["source"], "mlx5_0"), "the holds do not overlap"
+
+
+def runner_outlives_its_locks(f):
+    """The requester's engine went on after the process its supervisor started exited (a worker it left
+    behind): its ledger, written last, states times after the supervisor reaped the runner and released
+    the locks. The ledger's instants move together (the rounds' durations kept); the journal is untouched."""
+    events = f.journals["requester"]
+    gone = max(_released(events, rnic) for rnic in ("mlx5_0", "mlx5_1"))
+    _shift_ledger(f.requester, gone + 0.25 - f.requester["finished_at"])
+
+
 @dataclass(frozen=True)
 class Defect:
     case: str  # the clean case it starts from: ra (rail accounting, read, polling), ih (installed-host,
@@ -775,6 +860,8 @@ class Defect:
     issue_class: str  # "self-referential checks" or "facts nobody reads" (issue 12)
     edit: object
     writes: tuple = ()  # the roles whose journal this defect (the supervisor's or the gate's) edits
+    # Clean cases run beside it, untouched (a defect across the cases of a run: locks.exclusive).
+    beside: tuple = ()
 
     @property
     def what(self):
@@ -828,6 +915,10 @@ DEFECTS = {
     "rail_on_another_gid": Defect("ih", "rails.pinned", UNREAD, rail_on_another_gid),
     "gate_pins_the_rails_crossed": Defect("ih", "rails.pinned", UNREAD, gate_pins_the_rails_crossed,
                                           writes=("source",)),
+    "lane_alias_locks_in_its_own_directory": Defect("ih", "locks.exclusive", UNREAD,
+                                                    lane_alias_locks_in_its_own_directory,
+                                                    writes=("requester", "source"), beside=("ra",)),
+    "runner_outlives_its_locks": Defect("ih", "locks.exclusive", UNREAD, runner_outlives_its_locks),
 }
 
 

@@ -12,13 +12,16 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def sim_lab(tmp_path_factory, repo_root, ansible_env, count=None):
+def sim_lab(tmp_path_factory, repo_root, ansible_env, count=None, rnics=None):
     """Generator for a module fixture: a fresh lab from playbooks/sim_lab.yml, removed afterwards; ``count``
-    hosts (sim_lab_count, with a generated inventory <lab>/inventory.yml) instead of inventories/sim's two."""
+    hosts (sim_lab_count, with a generated inventory <lab>/inventory.yml) instead of inventories/sim's two;
+    ``rnics`` RNICs a host (sim_lab_rnics: 4 also generates the inventory)."""
     lab_dir = tmp_path_factory.mktemp("lab") / "sim-lab"
     cmd = [str(BIN / "ansible-playbook"), "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab_dir}"]
     if count is not None:
         cmd += ["-e", f"sim_lab_count={count}"]
+    if rnics is not None:
+        cmd += ["-e", f"sim_lab_rnics={rnics}"]
     subprocess.run(cmd, cwd=repo_root, env=ansible_env, check=True, capture_output=True, timeout=300)
     yield lab_dir
     subprocess.run([*cmd, "-e", "sim_lab_state=absent"], cwd=repo_root, env=ansible_env, check=False,

@@ -57,6 +57,7 @@ CODES = {
     "pin.error": "a pinned file cannot be opened or copied for its check",
     "pin.mismatch": "a pinned file does not hash to its pin",
     "lock.error": "an RNIC lock or its directory breaks a rule",
+    "schedule.invalid": "the case schedule's input breaks a rule (orbite_case_schedule, a host's orbite_rails)",
     # The simulated lab.
     "sim.lab": "the simulated lab's arguments or state break a rule",
     "sim.fake_sysfs": "a fake host root cannot be written",

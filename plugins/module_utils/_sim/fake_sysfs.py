@@ -99,6 +99,12 @@ PCI_CLASS = "020000"
 # 127.0.0.0/8 is local in every network namespace (docs/provider.md).
 SIM_IPV4_NET = "127.51.100.0/24"
 SIM_MAX_INDEX = 99
+# A host of the lab has 2 RNICs, or 4 (sim_lab_rnics: two lanes of a case's two rails, docs/qualification.md).
+SIM_RNICS = (2, 4)
+# RNICs 2 and 3 of a 4-RNIC host: their own /24, so the first two keep their addresses whatever the count.
+SIM_IPV4_NET_EXTRA = "127.51.101.0/24"
+# PCI buses of RNIC k (the first two are the 2-RNIC host's).
+SIM_BUSES = ("3b", "86", "af", "d8")
 
 PORT_STATES = {"NOP": 0, "DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
 PHYS_STATES = {
@@ -222,7 +228,7 @@ def _ll_address(mac):
     return str(ipaddress.IPv6Address(":".join(groups)))
 
 
-def sim_host_spec(index, hostname):
+def sim_host_spec(index, hostname, rnics=2):
     """Spec of the simulated lab's host number ``index`` (0..99).
 
     Two mlx5-like RoCE RNICs ``mlx5_0`` (NUMA 0, netdev ``ens1f0``) and ``mlx5_1`` (NUMA 1, netdev
@@ -230,14 +236,18 @@ def sim_host_spec(index, hostname):
     (indexes 0/1) and for an IPv4 of 127.51.100.0/24 (indexes 2/3): ``127.51.100.<10 + 2*index + k>``
     for RNIC k (loopback, so the loopback verbs provider can listen on it). NUMA nodes 0 (cpus 0-3)
     and 1 (cpus 4-7). MACs, GUIDs and the boot ID derive from ``index``, so two hosts of the lab never
-    share them.
+    share them. ``rnics=4`` adds ``mlx5_2`` and ``mlx5_3`` (netdevs ``ens3f0``/``ens4f0``, NUMA 0/1) at
+    ``127.51.101.<10 + 2*index + k - 2>``; the first two RNICs are the same as a 2-RNIC host's.
     """
     index = _as_int(index, "index")
     if not 0 <= index <= SIM_MAX_INDEX:
         raise FakeSysfsError(f"index {index!r}: must be within 0..{SIM_MAX_INDEX}")
     if not isinstance(hostname, str) or not hostname or "/" in hostname or "\n" in hostname:
         raise FakeSysfsError(f"hostname {hostname!r}: must be a non-empty single-line name without '/'")
-    base = ipaddress.IPv4Network(SIM_IPV4_NET).network_address
+    rnics = _as_int(rnics, "rnics")
+    if rnics not in SIM_RNICS:
+        raise FakeSysfsError(f"rnics {rnics!r}: must be one of {', '.join(map(str, SIM_RNICS))}")
+    nets = [ipaddress.IPv4Network(net).network_address for net in (SIM_IPV4_NET, SIM_IPV4_NET_EXTRA)]
     spec = {
         "hostname": hostname,
         "boot_id": f"0b5e1d00-0000-4000-8000-{0xA11CE0000 + index:012x}",
@@ -248,16 +258,16 @@ def sim_host_spec(index, hostname):
         "netdevs": [],
         "devices": [],
     }
-    for k, bus in enumerate(("3b", "86")):
+    for k, bus in enumerate(SIM_BUSES[:rnics]):
         bdf = f"0000:{bus}:00.0"
         netdev = f"ens{k + 1}f0"
         mac = f"0c:42:a1:{index:02x}:{k:02x}:{0x10:02x}"
-        ipv4 = str(base + 10 + 2 * index + k)
+        ipv4 = str(nets[k // 2] + 10 + 2 * index + k % 2)
         spec["pci"][bdf] = {
             "vendor": MELLANOX_VENDOR,
             "device": CONNECTX5_DEVICE,
-            "numa_node": k,
-            "local_cpulist": spec["numa_nodes"][str(k)],
+            "numa_node": k % 2,
+            "local_cpulist": spec["numa_nodes"][str(k % 2)],
         }
         spec["netdevs"].append(
             {

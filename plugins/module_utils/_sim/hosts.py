@@ -47,6 +47,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common.error
 from ansible_collections.orbite.qualification.plugins.module_utils._sim import namespace as ns
 from ansible_collections.orbite.qualification.plugins.module_utils._sim.fake_sysfs import (
     SIM_MAX_INDEX,
+    SIM_RNICS,
     FakeSysfsError,
     sim_host_spec,
     write_host,
@@ -95,6 +96,7 @@ class HostRequest:
     name: str
     index: int
     kind: str = "local"
+    rnics: int = 2
     ssh_address: str = "127.0.0.1"
     ssh_port: Optional[int] = None
     authorized_key_file: Optional[str] = None
@@ -149,6 +151,11 @@ def build_request(params: Dict, state: str = "present") -> HostRequest:
     if state == "present" or index is not None:
         index = _as_int("index", index, 0, SIM_MAX_INDEX)
     request = {"lab_dir": lab_dir, "name": name, "index": index, "kind": kind}
+    rnics = params.get("rnics")
+    if rnics is not None and str(rnics).strip() != "":
+        request["rnics"] = _as_int("rnics", rnics, min(SIM_RNICS), max(SIM_RNICS))
+        if request["rnics"] not in SIM_RNICS:
+            raise SimLabArgumentError("rnics", rnics, f"must be one of {', '.join(map(str, SIM_RNICS))}")
     created_by = params.get("created_by")
     if created_by is not None and (not isinstance(created_by, str) or not os.path.isabs(created_by)):
         raise SimLabArgumentError("created_by", created_by,
@@ -278,7 +285,7 @@ def _root_intact(request: HostRequest) -> bool:
 def _write_root(request: HostRequest, whose: str) -> str:
     """Write the fake host root with a fresh boot ID and its private lock dir; return the boot ID. ``whose``:
     whose lab it was before this request rewrote the host's record (for the refusal)."""
-    spec = sim_host_spec(request.index, request.name)
+    spec = sim_host_spec(request.index, request.name, request.rnics)
     spec["boot_id"] = str(uuid.uuid4())
     try:
         write_host(request.root, spec)
@@ -308,7 +315,7 @@ def _check_not_foreign(request: HostRequest, action: str) -> None:
 
 def describe(request: HostRequest, record: Dict) -> Dict:
     """What playbooks and inventories need to know about a created host."""
-    spec = sim_host_spec(record["index"], request.name)
+    spec = sim_host_spec(record["index"], request.name, record.get("rnics", 2))
     namespaced = record["kind"] == "namespaced"
     info = {
         "name": request.name,
@@ -342,8 +349,8 @@ def describe(request: HostRequest, record: Dict) -> Dict:
 def ensure_present(request: HostRequest, check_mode: bool = False) -> Tuple[bool, Dict]:
     record = load_record(request)
     if record is not None:
-        for field in ("kind", "index"):
-            if record.get(field) != getattr(request, field):
+        for field in ("kind", "index", "rnics"):
+            if record.get(field, 2 if field == "rnics" else None) != getattr(request, field):
                 raise SimLabStateError(
                     f"host {request.name}: exists as {field}={record.get(field)!r}, requested "
                     f"{field}={getattr(request, field)!r}; destroy it first (state=absent)"
@@ -363,6 +370,7 @@ def ensure_present(request: HostRequest, check_mode: bool = False) -> Tuple[bool
         "kind": request.kind,
         "index": request.index,
         "status": "creating",
+        **_rnics_field(request),
     }
     whose = _whose_lab(request)
     _write_record(request, record)  # first: a crash from here on still leaves a destroyable host
@@ -370,6 +378,11 @@ def ensure_present(request: HostRequest, check_mode: bool = False) -> Tuple[bool
     record["status"] = "ready"
     _write_record(request, record)
     return True, describe(request, record)
+
+
+def _rnics_field(request: HostRequest) -> Dict:
+    """The record's RNIC count, written only where it is not the lab's default 2 (such records stay as they were)."""
+    return {} if request.rnics == 2 else {"rnics": request.rnics}
 
 
 def _authorized_keys(request: HostRequest) -> str:
@@ -426,6 +439,7 @@ def _present_namespaced(request: HostRequest, record: Optional[Dict], check_mode
         "kind": request.kind,
         "index": request.index,
         "status": "creating",
+        **_rnics_field(request),
     }
     whose = _whose_lab(request)
     _write_record(request, record)

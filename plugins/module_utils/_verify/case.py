@@ -38,6 +38,9 @@ class CaseReceipts:
     plan: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     root: str | None = None
+    # Facts of the whole run several cases read (the other cases' lock holds: rules/locks.py), computed
+    # once per run (verdict.verify_run shares one dict among its cases).
+    run_memo: dict = field(default_factory=dict)
 
     def ledger(self, role, generation=1):
         return self.ledgers[(role, generation)].data

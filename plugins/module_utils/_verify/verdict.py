@@ -91,20 +91,21 @@ def _node_failures(case_dir, root):
     return messages, bounds
 
 
-def verify_case(case_dir, root=None, plan=None, loaded=None):
+def verify_case(case_dir, root=None, plan=None, loaded=None, run_memo=None):
     """(case id, findings) of one case directory; never raises on bad receipts.
 
     ``root`` is the run directory: no file outside it is read (default: the case directory).
     ``plan`` is run.json (checked by ``_read_plan``): without it the identity rules fail.
     ``loaded``: a dict that gets the case's receipts as read (``"case"``), for the reports' plots.
+    ``run_memo``: facts of the run's other cases the rules read, shared by the cases of one run.
     """
     # A case's receipts and the rules' columns are large acyclic structures: the cyclic collector
     # would only rescan them, again and again while they are built (a million-record log: seconds).
     with no_gc():
-        return _verify_case(case_dir, root, plan, loaded)
+        return _verify_case(case_dir, root, plan, loaded, run_memo)
 
 
-def _verify_case(case_dir, root, plan, loaded):
+def _verify_case(case_dir, root, plan, loaded, run_memo):
     root = root if root is not None else case_dir
     case_id = os.path.basename(os.path.normpath(case_dir))
     meta = load_json(os.path.join(case_dir, "case.json"), CASE_SCHEMA, root=root)
@@ -126,6 +127,7 @@ def _verify_case(case_dir, root, plan, loaded):
 
     case = case_receipts(case_dir, case_id, profile, workload, root=root)
     case.plan, case.meta = dict(plan or {}), meta.data
+    case.run_memo = run_memo if run_memo is not None else {}
     # The switches this case ran with: the run's and its own (run.json case_defects), which the identity
     # rules compare with what each runner was told; a case with its own never passes.
     own = list((case.plan.get("case_defects") or {}).get(case_id) or [])
@@ -345,6 +347,7 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False, 
     }
     wanted = [c for c in planned or () if cases is None or c in cases]
     done, write_error, plots = {}, [], {}
+    run_memo = {}  # what the cases' rules read of each other's receipts (the lock holds), read once
 
     def publish(final):
         _summarize(verdict, planned, done, final and not partial)
@@ -374,7 +377,7 @@ def verify_run(run_dir, output_dir=None, write=True, cases=None, partial=False, 
                 findings = [finding("case.missing", FAIL, f"case {case_id} has no directory under {run_dir}/cases",
                                     run_dir)]
             else:
-                findings = verify_case(case_dir, root=run_dir, plan=meta, loaded=loaded)[1]
+                findings = verify_case(case_dir, root=run_dir, plan=meta, loaded=loaded, run_memo=run_memo)[1]
             status = FAIL if any(f["status"] == FAIL for f in findings) else PASS
             done[case_id] = {"case": case_id, "verdict": status, "time": round(time.perf_counter() - started, 6),
                              "findings": findings}

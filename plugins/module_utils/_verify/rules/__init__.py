@@ -10,7 +10,8 @@ A new rule goes into its group's module (or a new module imported below), beside
 
 The import order below is the order the codes are reported in and documented (docs/verifier.md,
 scripts/verifier_codes_table.py): the plan's codes, the receipts', then the rules by group, the
-identity rules after them (they bind every receipt to the run, and give way to the journal's own checks), then the
+identity rules after them (they bind every receipt to the run, and give way to the journal's own checks), the
+rails and the locks across the run's cases (masked by the journal's and the rails' checks), then the
 fault modes' rules (restart: masked by identity.epochs where a reused epoch is the one broken fact). A rule
 can be masked (``after``) only by rules registered before it.
 """
@@ -35,6 +36,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._verify.rules
     teardown,
     identity,
     rails,
+    locks,
     restart,
     steps,
     interruption,

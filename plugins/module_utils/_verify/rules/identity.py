@@ -54,7 +54,7 @@ def _no_plan(case):
 # --- what the journals say each generation's runner was -------------------------------------------
 
 
-def _start(case, role, generation):
+def runner_start(case, role, generation):
     """The one runner start the journal shows for this role and generation (installed-restart's survivor:
     its generation 1 start, for every generation), or None."""
     found = runner_starts(case, role).get(lifecycle.process_generation(case.profile, role, generation), [])
@@ -99,7 +99,7 @@ def told_cases(case):
         return
     for generation in case.generations():
         for role in ROLES:
-            start = _start(case, role, generation)
+            start = runner_start(case, role, generation)
             told = _told(start)[1] if start is not None else None
             if told is not None:
                 yield role, generation, told, case.journals[role].path
@@ -184,7 +184,7 @@ def check_case_files(case):
     problems = []
     for generation in case.generations():
         for role in ROLES:
-            start = _start(case, role, generation)
+            start = runner_start(case, role, generation)
             if start is None:
                 continue  # identity.processes
             path = case.journals[role].path
@@ -377,7 +377,7 @@ def check_artifacts(case):
     problems = []
     for generation in case.generations():
         for role in ROLES:
-            start = _start(case, role, generation)
+            start = runner_start(case, role, generation)
             if start is None:
                 continue  # identity.processes
             path, label = case.journals[role].path, f"{role} g{generation}"

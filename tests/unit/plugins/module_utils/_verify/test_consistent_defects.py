@@ -34,11 +34,13 @@ def clean(tmp_path_factory):
     return run_dir
 
 
-def _copy(clean, tmp_path, case_id):
+def _copy(clean, tmp_path, case_id, beside=()):
+    """A run of the clean case ``case_id`` (and the clean cases ``beside`` it, planned with it)."""
     run_dir = tmp_path / "run"
-    shutil.copytree(clean / "cases" / case_id, run_dir / "cases" / case_id)
+    for copied in (case_id, *beside):
+        shutil.copytree(clean / "cases" / copied, run_dir / "cases" / copied)
     (run_dir / "run.json").write_text(json.dumps(dict(json.loads((clean / "run.json").read_text()),
-                                                      cases=[case_id])))
+                                                      cases=sorted({case_id, *beside}))))
     return run_dir, run_dir / "cases" / case_id
 
 
@@ -77,7 +79,7 @@ def test_no_op_rewrites_still_pass(clean, tmp_path, case_id):
 @pytest.mark.parametrize("name", sorted(cd.DEFECTS))
 def test_a_consistent_defect_fails_exactly_its_code(clean, tmp_path, name):
     defect = cd.DEFECTS[name]
-    run_dir, case_dir = _copy(clean, tmp_path, defect.case)
+    run_dir, case_dir = _copy(clean, tmp_path, defect.case, defect.beside)
     before = _snapshot(case_dir)
     files = cd.apply(name, case_dir)
     assert _snapshot(case_dir) != before, f"{name} changed nothing"
@@ -97,7 +99,7 @@ def test_the_corpus_covers_the_classes_and_is_all_caught(clean, tmp_path):
     assert {d.code for d in cd.DEFECTS.values()} <= set(REGISTRY.codes())
     missed = {}
     for name, defect in cd.DEFECTS.items():
-        run_dir, case_dir = _copy(clean, tmp_path / name, defect.case)
+        run_dir, case_dir = _copy(clean, tmp_path / name, defect.case, defect.beside)
         cd.apply(name, case_dir)
         failed = _failures(run_dir)[0]
         if failed != [defect.code]:
@@ -138,7 +140,7 @@ WITHOUT_FIGURES = {
 @pytest.mark.parametrize("name", sorted(set(cd.DEFECTS) - WITHOUT_FIGURES))
 def test_the_failing_finding_states_expected_and_observed(clean, tmp_path, name):
     defect = cd.DEFECTS[name]
-    run_dir, case_dir = _copy(clean, tmp_path, defect.case)
+    run_dir, case_dir = _copy(clean, tmp_path, defect.case, defect.beside)
     cd.apply(name, case_dir)
     verdict = verify_run(str(run_dir), write=False)
     (found,) = [f for c in verdict["cases"] for f in c["findings"] if f["status"] == "FAIL"]
