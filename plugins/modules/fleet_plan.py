@@ -85,14 +85,16 @@ options:
     default: []
   timeouts:
     description:
-      - With O(runs), the runner role's seconds as the play gives them, each pair's C(case.json) C(launch.seconds)
-        (as M(orbite.qualification.run_plan)'s O(orbite.qualification.run_plan#module:timeouts)).
+      - With O(runs), the runner role's seconds as the play gives them (a mapping of play variable to seconds),
+        each pair's C(case.json) C(launch.seconds) (as M(orbite.qualification.run_plan)'s
+        O(orbite.qualification.run_plan#module:timeouts)).
     type: dict
     default: {}
   rails:
     description:
-      - With O(runs), the C(orbite_rails) host var of each fleet host, a mapping of host name to rails: each pair's
-        locks and rails arguments (as M(orbite.qualification.run_plan)'s O(orbite.qualification.run_plan#module:rails)).
+      - With O(runs), the C(orbite_rails) host var of each fleet host, a mapping of host name to rails, giving each
+        pair's locks and rails arguments (as M(orbite.qualification.run_plan)'s
+        O(orbite.qualification.run_plan#module:rails)).
     type: dict
   service_addresses:
     description:

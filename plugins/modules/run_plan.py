@@ -115,6 +115,13 @@ options:
       - A case host missing here, or an address that is not C(host:port), fail naming the host. Not given,
         the entries are null.
     type: dict
+  case_hosts:
+    description:
+      - The inventory host each case role runs on, a mapping of case ID to C(source) and C(requester) host names,
+        the case schedule's lane hosts (a host's lane i > 0 is the alias C(<host>~lane<i>)), whose entries in
+        O(rails) and O(service_addresses) that case's launch plan takes.
+      - Not given, or a case not named, each role runs on its profile's host.
+    type: dict
   artifacts:
     description:
       - The executables the run uses, each with the sha256 the nodes must run (recorded in C(run.json)).

@@ -30,6 +30,7 @@ SPEC = {
         "timeouts": {"type": "dict", "default": {}},
         "rails": {"type": "dict"},
         "service_addresses": {"type": "dict"},
+        "case_hosts": {"type": "dict"},
         "artifacts": {"type": "dict", "options": {
             "runner": {"type": "dict", "required": True, "options": {
                 "kind": {"type": "str", "required": True, "choices": ["sim", "native"]},
@@ -61,7 +62,7 @@ def run(module):
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
                              defects=defects, artifacts=params["artifacts"], origin=params["origin"],
                              timeouts=params["timeouts"], rails=params["rails"],
-                             service_addresses=params["service_addresses"])
+                             service_addresses=params["service_addresses"], case_hosts=params["case_hosts"])
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:

@@ -138,6 +138,17 @@ def host_service_address(addresses, host):
     return value
 
 
+def check_case_hosts(case_hosts):
+    """case_hosts: {case id: {"source": host, "requester": host}} (the case schedule's lane hosts), or nothing."""
+    if case_hosts is None:
+        return {}
+    for case_id, hosts in (case_hosts.items() if isinstance(case_hosts, dict) else [(None, case_hosts)]):
+        if not (isinstance(hosts, dict) and all(isinstance(hosts.get(role), str) and hosts[role] for role in ROLES)):
+            raise RunPlanError(f"case_hosts.{case_id}={quote(hosts)}: must name the inventory host of each role "
+                               f"({', '.join(ROLES)})")
+    return case_hosts
+
+
 def rails_arguments(profile, rails):
     """The runner's rails arguments from the rails of its host: discovery auto gives no pins, a whitelist of
     exactly the locked RNICs and the same blacklist (to check that the whitelist takes precedence); otherwise
@@ -216,7 +227,8 @@ def _relay(case, switches, seconds, address):
             "timeout": seconds["ready_timeout"]}
 
 
-def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, rails=None, service_addresses=None):
+def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, rails=None, service_addresses=None,
+                   hosts=None):
     """What each role of ``case`` launches, computed once for the runner role to read verbatim: IDs, runner and
     relay defect switches, the locks and rails arguments and the service address of the role's inventory host
     (``rails``, ``service_addresses``: {host: its host var}; left null when not given), per-generation steps,
@@ -239,12 +251,17 @@ def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, 
             runner = {"interpreter": False, "path": artifacts["runner"]["path"], "sha256": sha256}
         pin = artifacts["verbs_library"]
         library = pin and {"file": os.path.join(DEPLOY_DIR, os.path.basename(pin["path"])), "sha256": pin["sha256"]}
+    # The inventory host each role runs on: the schedule's lane host (roles/preflight), else the profile's.
+    role_hosts = {role: (hosts or {}).get(role) or case["profile"].get(role) for role in ROLES}
+    source_address = (None if service_addresses is None
+                      else host_service_address(service_addresses, role_hosts["source"]))
+    # The source node starts it; the requester's generations read it (their peer).
+    relay = _relay(case, relay_switches, seconds, source_address or "")
     roles = {}
     for role in ROLES:
-        host = case["profile"].get(role)
+        host = role_hosts[role]
         own_rails = None if rails is None else host_rails(rails, host)
-        address = None if service_addresses is None else host_service_address(service_addresses, host)
-        relay = _relay(case, relay_switches, seconds, address or "") if role == "source" else None
+        mine = relay if role == "source" else None
         tools = list(dict.fromkeys(o["tool"] for o in observers if o.get("role") == role))
         deploy = []
         if artifacts is not None and (runner_kind == "sim" or library):
@@ -264,10 +281,10 @@ def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, 
             "relay_defects": relay_switches,
             "locks": None if own_rails is None else [rail["device"] for rail in own_rails],
             "rails_arguments": None if own_rails is None else rails_arguments(case["profile"], own_rails),
-            "service_address": address if role == "source" else None,
-            "relay": relay,
+            "service_address": source_address if role == "source" else None,
+            "relay": mine,
             # Fetched beside the receipts (the relay's journal), each under the node's run directory.
-            "fetch_files": {"relay.jsonl": os.path.join(relay["state_dir"], "relay.jsonl")} if relay else {},
+            "fetch_files": {"relay.jsonl": os.path.join(mine["state_dir"], "relay.jsonl")} if mine else {},
             "runner": runner, "verbs_library": library, "deploy": deploy, "preloads": preloads,
             "generations": _role_generations(case, role, relay)}
     flow = "restart" if case["profile"].get("mode") in RESTART_MODES else "single"
@@ -369,10 +386,11 @@ def check_origin(origin, case_ids_planned):
 
 
 def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=(), artifacts=None, origin=None,
-                   timeouts=None, rails=None, service_addresses=None):
+                   timeouts=None, rails=None, service_addresses=None, case_hosts=None):
     """run.json and each case.json, checked: case ids unique and path-safe, each with a profile; ``timeouts``
     (the play's node-step seconds), ``rails`` and ``service_addresses`` (each case host's host var) go into
-    each case's launch plan."""
+    each case's launch plan; ``case_hosts`` ({case id: {role: inventory host}}, the case schedule's lane hosts)
+    names the host whose rails and address each case role takes (default: the profile's)."""
     if not names.is_name(run_id):  # it names the run directory (an AWX survey may send anything)
         raise RunPlanError(f"run_id={names.quote(run_id)}: must be {names.NAME_RULE}")
     if runner_kind not in RUNNER_KINDS:
@@ -380,6 +398,7 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
     defects = cast_names("defects", defects)
     artifacts = check_artifacts(artifacts, runner_kind)
     seconds = launch_seconds(timeouts)
+    case_hosts = check_case_hosts(case_hosts)
     seen = set()
     for index, case in enumerate(cases):
         case_id = case.get("id") if isinstance(case, dict) else None
@@ -421,7 +440,7 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
                           "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"]),
                           **({"defects": case_defects[c["id"]]} if c["id"] in case_defects else {}),
                           "launch": launch_entries(run_id, c, defects, runner_kind, artifacts, seconds, rails,
-                                                    service_addresses)}
+                                                    service_addresses, case_hosts.get(c["id"]))}
                 for c in cases}
     return run, per_case
 

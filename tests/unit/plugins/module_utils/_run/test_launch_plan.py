@@ -179,7 +179,8 @@ def test_a_restart_generation_differs_only_by_its_plan_entries(tmp_path):
                                    "generations": 3, "fault_role": "source"})
     steps = [[(g["starts"], g["kill_previous"], g["last"], g["bind"]) for g in launch["roles"][role]["generations"]]
              for role in ("source", "requester")]
-    assert steps == [[(True, False, False, "configured"), (True, True, False, "previous"), (True, True, True, "previous")],
+    assert steps == [[(True, False, False, "configured"), (True, True, False, "previous"),
+                      (True, True, True, "previous")],
                      [(True, False, False, None), (False, False, False, None), (False, False, True, None)]]
     assert launch["flow"] == "restart" and launch["roles"]["source"]["relay"] is None
     assert launch["roles"]["source"]["fetch_files"] == {}
@@ -223,3 +224,28 @@ def test_the_plans_default_seconds_are_the_runner_roles_defaults():
     defaults = yaml.safe_load((Path(__file__).parents[5] / "roles" / "runner" / "defaults" / "main.yml").read_text())
     assert {variable: entry[-1] for variable, entry in SECONDS.items()} == {
         variable: defaults[variable] for variable in SECONDS}
+
+
+def test_a_lane_case_takes_its_lane_hosts_rails_address_and_locks(tmp_path):
+    # The case schedule put the case on lane 1: its roles run on the alias hosts, with the aliases' host vars.
+    lane = {"sim-a~lane1": [{"device": "mlx5_2", "port": 1, "gid_index": 3}, {"device": "mlx5_3", "port": 1,
+                                                                               "gid_index": 3}],
+            "sim-b~lane1": [{"device": "mlx5_2", "port": 1, "gid_index": 3}]}
+    launch = _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-host"},
+                        rails=dict(RAILS, **lane),
+                        service_addresses=dict(ADDRESSES, **{"sim-a~lane1": "127.0.0.11:7472",
+                                                             "sim-b~lane1": "127.0.0.12:7472"}),
+                        case_hosts={"c": {"source": "sim-a~lane1", "requester": "sim-b~lane1"}})
+    source, requester = launch["roles"]["source"], launch["roles"]["requester"]
+    assert (source["host"], source["locks"], source["service_address"]) == (
+        "sim-a~lane1", ["mlx5_2", "mlx5_3"], "127.0.0.11:7472")
+    assert (requester["host"], requester["rails_arguments"]) == ("sim-b~lane1", {"rails": lane["sim-b~lane1"]})
+
+
+@pytest.mark.parametrize("given", [{"c": {"source": "sim-a"}}, {"c": "sim-a"}, ["sim-a", "sim-b"]])
+def test_a_bad_case_hosts_entry_is_refused_by_name_before_anything_is_written(tmp_path, given):
+    with pytest.raises(RunPlanError) as raised:
+        _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-host"}, case_hosts=given)
+    assert str(raised.value).startswith("case_hosts."), str(raised.value)
+    assert "must name the inventory host of each role (source, requester)" in str(raised.value)
+    assert not (tmp_path / "run.json").exists()
