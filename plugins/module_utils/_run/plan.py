@@ -113,7 +113,7 @@ def check_seconds(given):
 def launch_seconds(given):
     """launch.seconds: every node step's seconds by its key, the play's (checked) or the role's default."""
     checked = check_seconds(given)
-    return {key: checked.get(variable, float(default)) for variable, (key, *_, default) in SECONDS.items()}
+    return {entry[0]: checked.get(variable, float(entry[-1])) for variable, entry in SECONDS.items()}
 
 
 def host_rails(rails, host):
@@ -131,7 +131,7 @@ def host_service_address(addresses, host):
     """The service address of inventory host ``host``: its own ``orbite_service_address`` host var
     ({host: orbite_service_address}), host:port."""
     value = (addresses or {}).get(host)
-    head, _, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    head, port = value.rpartition(":")[::2] if isinstance(value, str) else ("", "")
     if not (head and port.isdigit() and int(port) <= 65535 and "\0" not in value):
         raise RunPlanError(f"service_addresses.{host}={quote(value)}: must be host {host}'s "
                            "orbite_service_address, host:port")
@@ -436,11 +436,12 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
     origin = check_origin(origin, run["cases"])
     if origin is not None:
         run["origin"] = origin
+    launches = {c["id"]: launch_entries(run_id, c, defects, runner_kind, artifacts, seconds, rails, service_addresses,
+                                        case_hosts.get(c["id"])) for c in cases}
     per_case = {c["id"]: {"schema": CASE_SCHEMA[0], "version": CASE_SCHEMA[1], "case_id": c["id"],
                           "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"]),
                           **({"defects": case_defects[c["id"]]} if c["id"] in case_defects else {}),
-                          "launch": launch_entries(run_id, c, defects, runner_kind, artifacts, seconds, rails,
-                                                    service_addresses, case_hosts.get(c["id"]))}
+                          "launch": launches[c["id"]]}
                 for c in cases}
     return run, per_case
 
