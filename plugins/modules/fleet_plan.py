@@ -83,6 +83,25 @@ options:
     type: list
     elements: str
     default: []
+  timeouts:
+    description:
+      - With O(runs), the runner role's seconds as the play gives them (a mapping of play variable to seconds),
+        each pair's C(case.json) C(launch.seconds) (as M(orbite.qualification.run_plan)'s
+        O(orbite.qualification.run_plan#module:timeouts)).
+    type: dict
+    default: {}
+  rails:
+    description:
+      - With O(runs), the C(orbite_rails) host var of each fleet host, a mapping of host name to rails, giving each
+        pair's locks and rails arguments (as M(orbite.qualification.run_plan)'s
+        O(orbite.qualification.run_plan#module:rails)).
+    type: dict
+  service_addresses:
+    description:
+      - With O(runs), the C(orbite_service_address) host var of each fleet host, a mapping of host name to
+        C(host:port) (as M(orbite.qualification.run_plan)'s
+        O(orbite.qualification.run_plan#module:service_addresses)).
+    type: dict
 attributes:
   check_mode:
     support: full

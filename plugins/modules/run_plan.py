@@ -95,9 +95,33 @@ options:
         null or empty text for one not given.
       - Each must be a number, or text of one (an AWX survey sends C("60")), in the range the supervisor and the
         runner module take; anything else fails naming the variable, its value and the range, before any node is
-        touched. Checked only, not recorded.
+        touched.
+      - Written cast into each case's launch plan (C(case.json) C(launch.seconds)), the runner role's default
+        for one not given, with the control relay's lease computed from them; the runner role reads them there.
     type: dict
     default: {}
+  rails:
+    description:
+      - The C(orbite_rails) host var of each inventory host a case runs on (its profile's C(source) and
+        C(requester)), a mapping of host name to rails (each C(device), C(port), C(gid_index)).
+      - Each case role's locks and rails arguments in C(case.json) C(launch) come from its host's entry (with
+        C(discovery=auto) no pins, a whitelist and a blacklist of exactly the locked RNICs). A case host
+        missing here, or rails without a device name, fail naming the host. Not given, those entries are null.
+    type: dict
+  service_addresses:
+    description:
+      - The C(orbite_service_address) host var (C(host:port)) of each inventory host a case runs on, a mapping
+        of host name to address; the source role's C(service_address) in C(case.json) C(launch).
+      - A case host missing here, or an address that is not C(host:port), fail naming the host. Not given,
+        the entries are null.
+    type: dict
+  case_hosts:
+    description:
+      - The inventory host each case role runs on, a mapping of case ID to C(source) and C(requester) host names,
+        the case schedule's lane hosts (a host's lane i > 0 is the alias C(<host>~lane<i>)), whose entries in
+        O(rails) and O(service_addresses) that case's launch plan takes.
+      - Not given, or a case not named, each role runs on its profile's host.
+    type: dict
   artifacts:
     description:
       - The executables the run uses, each with the sha256 the nodes must run (recorded in C(run.json)).

@@ -53,14 +53,18 @@ def test_rail_accounting_with_discovery_passes(repo_root, ansible_env, lab, tmp_
     assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
     # What each supervisor journaled it exec'd is what the run plan (case.json launch) said to launch.
     assert gate.launched_as_planned(run_dir) == []
-    # Red check of that comparison: a plan that differs in one ID and one generation's observers is named.
+    # Red check of that comparison: a plan that differs in one ID, one generation's observers, the discovery
+    # lists and the source's address is named, field by field.
     case_dir = run_dir / "cases" / "read-polling"
     launch = json.loads((case_dir / "case.json").read_text())["launch"]
     launch["roles"]["requester"]["registration_id"] = "another-registration"
     launch["roles"]["requester"]["generations"][0]["observers"] = []
+    launch["roles"]["requester"]["rails_arguments"]["discovery"]["whitelist"] = ["mlx5_9"]
+    launch["roles"]["source"]["service_address"] = "127.0.0.99:7471"
     events = [json.loads(line) for line in (case_dir / "requester" / "journal.jsonl").read_text().splitlines()]
     assert [line.split(":")[0] for line in gate.launch_mismatches(launch, "requester", events)] == [
-        "requester g1 c1 registration_id", "requester g1 c1 observers", "requester g1 c1 ld_preload"]
+        "requester g1 c1 registration_id", "requester g1 c1 observers", "requester g1 c1 ld_preload",
+        "requester g1 c1 rails", "requester g1 c1 address"]
 
 
 def test_defect_switch_fails_exactly_its_rule_end_to_end(repo_root, ansible_env, lab, tmp_path):

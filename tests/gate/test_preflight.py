@@ -8,17 +8,19 @@ from pathlib import Path
 
 import pytest
 
+# A node's host vars the run plan reads (docs/inventory.md): its two rails and (a source's) service address.
+RAILS = '[{"device": "mlx5_0", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}]'
 INVENTORY = """\
 localhost ansible_connection=local ansible_python_interpreter={python}
-node-a ansible_connection=local
-node-b ansible_connection=local
+node-a ansible_connection=local orbite_rails='{rails}' orbite_service_address=127.0.0.11:7471
+node-b ansible_connection=local orbite_rails='{rails}' orbite_service_address=127.0.0.12:7471
 """
 
 
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory):
     path = tmp_path_factory.mktemp("inv") / "hosts"
-    path.write_text(INVENTORY.format(python=sys.executable))
+    path.write_text(INVENTORY.format(python=sys.executable, rails=RAILS))
     return path
 
 

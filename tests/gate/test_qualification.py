@@ -15,11 +15,13 @@ from helpers import gate
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
+# A node's host vars the run plan reads (docs/inventory.md): its two rails and (a source's) service address.
+RAILS = '[{"device": "mlx5_0", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}]'
 INVENTORY = """\
 localhost ansible_connection=local ansible_python_interpreter={python}
-sim-a ansible_connection=local
-sim-b ansible_connection=local
-sim-c ansible_connection=local
+sim-a ansible_connection=local orbite_rails='{rails}' orbite_service_address=127.0.0.11:7471
+sim-b ansible_connection=local orbite_rails='{rails}' orbite_service_address=127.0.0.12:7471
+sim-c ansible_connection=local orbite_rails='{rails}' orbite_service_address=127.0.0.13:7471
 """
 # Every mode playbook (one that imports _preflight.yml), in qualification.yml's order, with its run prefix there
 # and what it is given (rail accounting again with the shipped discovery profile). A new mode playbook fails
@@ -47,7 +49,7 @@ DUMP = """
 
 def _inventory(tmp_path):
     path = tmp_path / "hosts"
-    path.write_text(INVENTORY.format(python=sys.executable))
+    path.write_text(INVENTORY.format(python=sys.executable, rails=RAILS))
     return path
 
 

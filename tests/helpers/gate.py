@@ -153,7 +153,8 @@ def launch_mismatches(launch, role, events):
     """What the supervisor journal ``events`` of one role says it exec'd, against that role's entry of the plan's
     ``launch`` (case.json): the supervisor's run ID, and per runner start (child_start) the runner and its pin, the
     registration IDs, the defect switches, the verbs library, the generation's observers, preloads and
-    environment. Each difference is one line naming the field, the plan's value and the journal's."""
+    environment, the rails (or discovery lists) and the address it serves or reaches. Each difference is one line
+    naming the field, the plan's value and the journal's."""
     plan = launch["roles"][role]
     out = []
 
@@ -184,7 +185,28 @@ def launch_mismatches(launch, role, events):
                [lib["sha256"] for lib in start["ld_preload"]])
         missing = sorted(set(gen["env"]) - set(start["env_keys"]))
         differ(f"{where} env keys missing", [], missing)
+        if plan.get("rails_arguments") is not None:
+            differ(f"{where} rails", plan["rails_arguments"],
+                   {key: told[key] for key in ("rails", "discovery") if key in told})
+        told_address = told.get("service_address") or told.get("peer_address")
+        planned_address = _planned_address(launch, role, gen, starts)
+        if planned_address.endswith(":*"):  # the relay's port is its own pick: compare the host
+            told_address = told_address.rpartition(":")[0] + ":*"
+        differ(f"{where} address", planned_address, told_address)
     return out
+
+
+def _planned_address(launch, role, gen, starts):
+    """The address a runner start is told by the plan's word: the source's configured service address (a
+    replacement, bind previous: the one generation 1 was told); the requester's peer, the source's address or the
+    relay's host (``host:*``: the relay picks its port)."""
+    source = launch["roles"]["source"]
+    if role == "source" and gen["bind"] == "previous":
+        first = next(p["json"] for p in starts[0]["pinned"] if "json" in p)
+        return first["service_address"]
+    if role == "requester" and gen["peer"] == "relay":
+        return source["relay"]["listen"].rpartition(":")[0] + ":*"
+    return source["service_address"]
 
 
 def launched_as_planned(run_dir):

@@ -23,6 +23,9 @@ SPEC = {
         "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
         "allow_dirty": {"type": "bool", "default": False},
         "defects": {"type": "list", "elements": "str", "default": []},
+        "timeouts": {"type": "dict", "default": {}},
+        "rails": {"type": "dict"},
+        "service_addresses": {"type": "dict"},
     },
 }
 
@@ -38,7 +41,8 @@ def run(module):
             given = params["runs"][pair["id"]] or {}
             write_plan(pair["run_dir"], pair["run_id"], given.get("cases") or [], allow_dirty=params["allow_dirty"],
                        runner_kind=params["runner_kind"], defects=params["defects"],
-                       artifacts=given.get("artifacts") or None)
+                       artifacts=given.get("artifacts") or None, timeouts=params["timeouts"],
+                       rails=params["rails"], service_addresses=params["service_addresses"])
         pair = None
         out, doc = fleet_run.start(params["fleet_dir"], plan, params["cases"], params["slice"] or None,
                                    check_mode=module.check_mode)

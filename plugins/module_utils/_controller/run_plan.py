@@ -9,7 +9,6 @@ from ansible_collections.orbite.qualification.plugins.module_utils._run.plan imp
     RunPlanError,
     case_ids,
     cast_names,
-    check_seconds,
     write_plan,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._verify.verdict import verify_run
@@ -29,6 +28,9 @@ SPEC = {
         "runner_kind": {"type": "str", "choices": ["sim", "native"], "default": "sim"},
         "defects": {"type": "raw", "default": []},
         "timeouts": {"type": "dict", "default": {}},
+        "rails": {"type": "dict"},
+        "service_addresses": {"type": "dict"},
+        "case_hosts": {"type": "dict"},
         "artifacts": {"type": "dict", "options": {
             "runner": {"type": "dict", "required": True, "options": {
                 "kind": {"type": "str", "required": True, "choices": ["sim", "native"]},
@@ -56,10 +58,11 @@ def run(module):
     try:
         # Named as the play names it (roles/preflight passes orbite_runner_defects), before any node is touched.
         defects = cast_names("defects (orbite_runner_defects)", params["defects"])
-        check_seconds(params["timeouts"])
         changed = write_plan(params["run_dir"], params["run_id"], params["cases"], check_mode=module.check_mode,
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
-                             defects=defects, artifacts=params["artifacts"], origin=params["origin"])
+                             defects=defects, artifacts=params["artifacts"], origin=params["origin"],
+                             timeouts=params["timeouts"], rails=params["rails"],
+                             service_addresses=params["service_addresses"], case_hosts=params["case_hosts"])
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:

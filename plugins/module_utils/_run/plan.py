@@ -76,14 +76,15 @@ def cast_names(variable, value):
     return list(value)
 
 
-# The node steps' seconds, by the play variable that gives them (the runner role's defaults when unset): each
-# must be a number (an AWX survey sends "60") in the range the supervisor and the runner module take.
+# The node steps' seconds, by the play variable that gives them: each must be a number (an AWX survey sends "60") in
+# the range the supervisor and the runner module take; unset, the runner role's default (roles/runner/defaults,
+# held equal by a unit test). The launch plan names each by its key (launch.seconds).
 SECONDS = {
-    "orbite_lease": (0, MAX_LEASE_S, True),
-    "orbite_lock_timeout": (0, MAX_LOCK_TIMEOUT_S, False),
-    "orbite_runner_ready_timeout": (0, 86400, True),
-    "orbite_runner_timeout": (0, 86400, True),
-    "orbite_runner_poll": (0, 86400, True),
+    "orbite_lease": ("lease", 0, MAX_LEASE_S, True, 120),
+    "orbite_lock_timeout": ("lock_timeout", 0, MAX_LOCK_TIMEOUT_S, False, 30),
+    "orbite_runner_ready_timeout": ("ready_timeout", 0, 86400, True, 60),
+    "orbite_runner_timeout": ("runner_timeout", 0, 86400, True, 900),
+    "orbite_runner_poll": ("poll", 0, 86400, True, 3),
 }
 
 
@@ -97,7 +98,7 @@ def check_seconds(given):
             raise RunPlanError(f"timeouts: {quote(variable)} is not one of {', '.join(SECONDS)}")
         if value is None or (isinstance(value, str) and not value.strip()):
             continue
-        low, high, low_open = SECONDS[variable]
+        low, high, low_open = SECONDS[variable][1:4]
         try:
             number = float(value.strip() if isinstance(value, str) else value)
         except (TypeError, ValueError, OverflowError):
@@ -107,6 +108,55 @@ def check_seconds(given):
                                f"{'(' if low_open else '['}{low:g}, {high:g}]")
         out[variable] = number
     return out
+
+
+def launch_seconds(given):
+    """launch.seconds: every node step's seconds by its key, the play's (checked) or the role's default."""
+    checked = check_seconds(given)
+    return {entry[0]: checked.get(variable, float(entry[-1])) for variable, entry in SECONDS.items()}
+
+
+def host_rails(rails, host):
+    """The rails of inventory host ``host``: its own ``orbite_rails`` host var as roles/preflight gives them
+    ({host: orbite_rails}), each rail a mapping naming its device."""
+    value = (rails or {}).get(host)
+    if not (isinstance(value, list) and value
+            and all(isinstance(rail, dict) and names.is_name(rail.get("device")) for rail in value)):
+        raise RunPlanError(f"rails.{host}={quote(value)}: must be host {host}'s orbite_rails, a list of "
+                           "{device, port, gid_index}")
+    return value
+
+
+def host_service_address(addresses, host):
+    """The service address of inventory host ``host``: its own ``orbite_service_address`` host var
+    ({host: orbite_service_address}), host:port."""
+    value = (addresses or {}).get(host)
+    head, port = value.rpartition(":")[::2] if isinstance(value, str) else ("", "")
+    if not (head and port.isdigit() and int(port) <= 65535 and "\0" not in value):
+        raise RunPlanError(f"service_addresses.{host}={quote(value)}: must be host {host}'s "
+                           "orbite_service_address, host:port")
+    return value
+
+
+def check_case_hosts(case_hosts):
+    """case_hosts: {case id: {"source": host, "requester": host}} (the case schedule's lane hosts), or nothing."""
+    if case_hosts is None:
+        return {}
+    for case_id, hosts in (case_hosts.items() if isinstance(case_hosts, dict) else [(None, case_hosts)]):
+        if not (isinstance(hosts, dict) and all(isinstance(hosts.get(role), str) and hosts[role] for role in ROLES)):
+            raise RunPlanError(f"case_hosts.{case_id}={quote(hosts)}: must name the inventory host of each role "
+                               f"({', '.join(ROLES)})")
+    return case_hosts
+
+
+def rails_arguments(profile, rails):
+    """The runner's rails arguments from the rails of its host: discovery auto gives no pins, a whitelist of
+    exactly the locked RNICs and the same blacklist (to check that the whitelist takes precedence); otherwise
+    the rails themselves."""
+    devices = [rail["device"] for rail in rails]
+    if profile.get("discovery") == "auto":
+        return {"discovery": {"whitelist": devices, "blacklist": list(devices)}}
+    return {"rails": rails}
 
 
 SIM_RUNNER_FILE = "orbite-sim-runner.pyz"  # the simulated runner's zipapp, in the node's run directory
@@ -122,9 +172,24 @@ def _deploy_entry(name, pin, file):
     return {"name": name, "src": pin["path"], "sha256": pin["sha256"], "file": deployed}
 
 
-def _role_generations(observers, role, generations):
-    """Per generation: the observers this role preloads (an entry with ``generation`` only in that one) and
-    their own environment (each entry's arming, later entries winning)."""
+INTERRUPTION = "installed-interruption"  # the requester reaches the source through the control relay
+RELAY_DIR = "relay"  # the control relay's private directory, under the case's on the source node
+# The modes whose generations restart the fault role's runner (roles/runner/tasks/restart_generation.yml); every
+# other mode runs one generation of both (generation.yml).
+RESTART_MODES = ("installed-restart", INTERRUPTION, "installed-lost-completion", "installed-cleanup-failure")
+
+
+def _role_generations(case, role, relay):
+    """Per generation, what this role's runner step does: the observers it preloads (an entry with ``generation``
+    only in that one) and their own environment (each entry's arming, later entries winning); whether it starts
+    a runner (generation 1, or the fault role's replacement), kills the previous one first, is the last
+    generation (else it waits for the restart point); the address the source binds (``configured``: its host's;
+    ``previous``: the one generation 1 bound, a runtime fact), the requester's peer (``source``: the source's
+    ready address; ``relay``: the control relay's) and the grants the relay holds at this restart point."""
+    profile = case["profile"]
+    observers = (case.get("workload") or {}).get("observers") or []
+    generations = int(profile.get("generations") or 1)
+    fault_role = profile.get("fault_role")
     plans = []
     for generation in range(1, generations + 1):
         mine = [o for o in observers if o.get("role") == role]
@@ -135,18 +200,46 @@ def _role_generations(observers, role, generations):
             env.update(entry.get("env") or {})
         # A tool listed case-wide and for one generation is preloaded once.
         tools = list(dict.fromkeys(o["tool"] for o in entries))
-        plans.append({"generation": generation, "observers": tools, "env": env})
+        last = generation == generations
+        plans.append({"generation": generation, "observers": tools, "env": env,
+                      "starts": generation == 1 or role == fault_role,
+                      "kill_previous": generation > 1 and role == fault_role, "last": last,
+                      "bind": ("configured" if generation == 1 else "previous") if role == "source" else None,
+                      "peer": ("relay" if relay else "source") if role == "requester" else None,
+                      # With a relay switch (leak_grant) it holds none: the verifier names that.
+                      "relay_held": (0 if relay["defects"] else generation) if relay and role == "source"
+                      and not last else None})
     return plans
 
 
-def launch_entries(run_id, case, defects, runner_kind, artifacts):
+def _relay(case, switches, seconds, address):
+    """installed-interruption's control relay on the source node: its directory (under the node's run directory),
+    where it listens (the source's host, a port of its own), the round after which it holds a grant, its own
+    switches, its lease (an outer bound only: it ends with its node's supervisor well before) and readiness
+    timeout; None in every other mode."""
+    profile = case["profile"]
+    if profile.get("mode") != INTERRUPTION:
+        return None
+    generations = int(profile.get("generations") or 1)
+    return {"state_dir": os.path.join(case["id"], RELAY_DIR), "listen": address.rpartition(":")[0] + ":0",
+            "hold_after_round": int(case["workload"]["rounds_per_generation"]), "defects": switches,
+            "lease": (seconds["runner_timeout"] + seconds["ready_timeout"]) * generations + seconds["lease"],
+            "timeout": seconds["ready_timeout"]}
+
+
+def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, rails=None, service_addresses=None,
+                   hosts=None):
     """What each role of ``case`` launches, computed once for the runner role to read verbatim: IDs, runner and
-    relay defect switches, per-generation observers and environment, the runner, the verbs library and the
-    deploy list with its pins. Node paths are relative to the node's run directory (``node_launch``)."""
+    relay defect switches, the locks and rails arguments and the service address of the role's inventory host
+    (``rails``, ``service_addresses``: {host: its host var}; left null when not given), per-generation steps,
+    observers and environment, the runner, the verbs library, the deploy list with its pins, the control relay
+    and the files fetched beside the receipts, and the node steps' seconds. Node paths are relative to the node's
+    run directory (``node_launch``)."""
     ids = case_ids(run_id, case["id"])
+    seconds = launch_seconds({}) if seconds is None else seconds
     switches = list(dict.fromkeys(list(defects) + list(case.get("defects") or ())))
+    relay_switches = [name for name in switches if name in RELAY_SWITCHES]
     observers = (case.get("workload") or {}).get("observers") or []
-    generations = int(case["profile"].get("generations") or 1)
     runner = library = None
     pins = {}
     if artifacts is not None:
@@ -158,8 +251,17 @@ def launch_entries(run_id, case, defects, runner_kind, artifacts):
             runner = {"interpreter": False, "path": artifacts["runner"]["path"], "sha256": sha256}
         pin = artifacts["verbs_library"]
         library = pin and {"file": os.path.join(DEPLOY_DIR, os.path.basename(pin["path"])), "sha256": pin["sha256"]}
+    # The inventory host each role runs on: the schedule's lane host (roles/preflight), else the profile's.
+    role_hosts = {role: (hosts or {}).get(role) or case["profile"].get(role) for role in ROLES}
+    source_address = (None if service_addresses is None
+                      else host_service_address(service_addresses, role_hosts["source"]))
+    # The source node starts it; the requester's generations read it (their peer).
+    relay = _relay(case, relay_switches, seconds, source_address or "")
     roles = {}
     for role in ROLES:
+        host = role_hosts[role]
+        own_rails = None if rails is None else host_rails(rails, host)
+        mine = relay if role == "source" else None
         tools = list(dict.fromkeys(o["tool"] for o in observers if o.get("role") == role))
         deploy = []
         if artifacts is not None and (runner_kind == "sim" or library):
@@ -171,14 +273,22 @@ def launch_entries(run_id, case, defects, runner_kind, artifacts):
         preloads = {entry["name"]: {"file": entry["file"], "sha256": entry["sha256"]}
                     for entry in deploy if entry["name"] in tools and entry["file"]}
         roles[role] = {
+            "host": host,
             "registration_id": ids["registrations"][role],
             "peer_registration_id": ids["registrations"]["source"] if role == "requester" else None,
             # The relay's own switches go to the relay only, never to a runner (sim/orbite_sim/case.py).
             "defects": [name for name in switches if name not in RELAY_SWITCHES],
-            "relay_defects": [name for name in switches if name in RELAY_SWITCHES],
+            "relay_defects": relay_switches,
+            "locks": None if own_rails is None else [rail["device"] for rail in own_rails],
+            "rails_arguments": None if own_rails is None else rails_arguments(case["profile"], own_rails),
+            "service_address": source_address if role == "source" else None,
+            "relay": mine,
+            # Fetched beside the receipts (the relay's journal), each under the node's run directory.
+            "fetch_files": {"relay.jsonl": os.path.join(mine["state_dir"], "relay.jsonl")} if mine else {},
             "runner": runner, "verbs_library": library, "deploy": deploy, "preloads": preloads,
-            "generations": _role_generations(observers, role, generations)}
-    return {"supervisor_run_id": ids["supervisor_run_id"], "roles": roles}
+            "generations": _role_generations(case, role, relay)}
+    flow = "restart" if case["profile"].get("mode") in RESTART_MODES else "single"
+    return {"supervisor_run_id": ids["supervisor_run_id"], "flow": flow, "seconds": seconds, "roles": roles}
 
 
 def node_launch(entry, node_run_dir, python):
@@ -193,9 +303,13 @@ def node_launch(entry, node_run_dir, python):
 
     runner = under(entry["runner"]) or {}
     argv = ([python] if runner.get("interpreter") else []) + ([runner["path"]] if runner else [])
+    relay = entry.get("relay")
     return dict(entry, runner=runner or None, runner_argv=argv, runner_sha256=runner.get("sha256"),
                 verbs_library=under(entry["verbs_library"]), deploy=[under(e) for e in entry["deploy"]],
-                preloads={tool: under(pin) for tool, pin in entry["preloads"].items()})
+                preloads={tool: under(pin) for tool, pin in entry["preloads"].items()},
+                relay=relay and dict(relay, state_dir=os.path.join(node_run_dir, relay["state_dir"])),
+                fetch_files={name: os.path.join(node_run_dir, path)
+                             for name, path in (entry.get("fetch_files") or {}).items()})
 
 
 def _file(where, value, fields=("path", "sha256")):
@@ -271,14 +385,20 @@ def check_origin(origin, case_ids_planned):
     return {"run_id": origin["run_id"], "run_dir": run_dir, "cases": list(cases)}
 
 
-def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=(), artifacts=None, origin=None):
-    """run.json and each case.json, checked: case ids unique and path-safe, each with a profile."""
+def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=(), artifacts=None, origin=None,
+                   timeouts=None, rails=None, service_addresses=None, case_hosts=None):
+    """run.json and each case.json, checked: case ids unique and path-safe, each with a profile; ``timeouts``
+    (the play's node-step seconds), ``rails`` and ``service_addresses`` (each case host's host var) go into
+    each case's launch plan; ``case_hosts`` ({case id: {role: inventory host}}, the case schedule's lane hosts)
+    names the host whose rails and address each case role takes (default: the profile's)."""
     if not names.is_name(run_id):  # it names the run directory (an AWX survey may send anything)
         raise RunPlanError(f"run_id={names.quote(run_id)}: must be {names.NAME_RULE}")
     if runner_kind not in RUNNER_KINDS:
         raise RunPlanError(f"runner_kind={quote(runner_kind)}: must be one of {', '.join(RUNNER_KINDS)}")
     defects = cast_names("defects", defects)
     artifacts = check_artifacts(artifacts, runner_kind)
+    seconds = launch_seconds(timeouts)
+    case_hosts = check_case_hosts(case_hosts)
     seen = set()
     for index, case in enumerate(cases):
         case_id = case.get("id") if isinstance(case, dict) else None
@@ -316,10 +436,12 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
     origin = check_origin(origin, run["cases"])
     if origin is not None:
         run["origin"] = origin
+    launches = {c["id"]: launch_entries(run_id, c, defects, runner_kind, artifacts, seconds, rails, service_addresses,
+                                        case_hosts.get(c["id"])) for c in cases}
     per_case = {c["id"]: {"schema": CASE_SCHEMA[0], "version": CASE_SCHEMA[1], "case_id": c["id"],
                           "profile": c["profile"], "hosts": hosts[c["id"]], **case_ids(run_id, c["id"]),
                           **({"defects": case_defects[c["id"]]} if c["id"] in case_defects else {}),
-                          "launch": launch_entries(run_id, c, defects, runner_kind, artifacts)}
+                          "launch": launches[c["id"]]}
                 for c in cases}
     return run, per_case
 

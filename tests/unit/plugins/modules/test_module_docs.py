@@ -95,7 +95,7 @@ def _says_what_keys(doc):
     """A free-form dict option is fine when its description says what maps to what, or where the keys are."""
     text = doc.get("description") or ""
     text = text if isinstance(text, str) else " ".join(text)
-    return bool(re.search(r"\bto value\b|\bby tool name\b|RV\(|docs/|\bschema\b", text))
+    return bool(re.search(r"\bto value\b|\bby tool name\b|\bmapping of [A-Za-z ]+ to\b|RV\(|docs/|\bschema\b", text))
 
 
 def _names_in_spec(kwargs):

@@ -3,7 +3,17 @@ under the node's run directory by node_launch, which roles/runner passes on as i
 
 import json
 
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import node_launch, write_plan
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import (
+    SECONDS,
+    RunPlanError,
+    node_launch,
+    write_plan,
+)
 
 SHA_RUNNER, SHA_LIB, SHA_ACC, SHA_FAULT = "a" * 64, "b" * 64, "c" * 64, "d" * 64
 ARTIFACTS = {"runner": {"kind": "sim", "path": "/runs/r/orbite-sim-runner.pyz", "sha256": SHA_RUNNER},
@@ -40,7 +50,7 @@ def test_ids_and_defects_are_the_plans_with_the_relays_switch_apart(tmp_path):
 
 def test_each_generation_has_its_own_observers_and_environment(tmp_path):
     requester = _launch(tmp_path)["roles"]["requester"]
-    assert requester["generations"] == [
+    assert [{key: g[key] for key in ("generation", "observers", "env")} for g in requester["generations"]] == [
         {"generation": 1, "observers": ["accounting", "uverbs_fault"],
          "env": {"ORBITE_ACC": "1", "ORBITE_FAULT": "destroy"}},
         {"generation": 2, "observers": ["accounting"], "env": {"ORBITE_ACC": "1"}}]
@@ -130,3 +140,112 @@ def test_the_module_takes_survey_seconds_and_names_a_bad_one(tmp_path):
         assert not run_dir.exists()  # refused before anything is written
     other = run_module("run_plan", tmp_path, dict(base, run_dir=str(tmp_path / "o"), timeouts={"orbite_leese": 1}))
     assert other["failed"] is True and "'orbite_leese' is not one of orbite_lease" in other["msg"]
+
+
+RAILS = {"sim-a": [{"device": "mlx5_0", "port": 1, "gid_index": 3}, {"device": "mlx5_1", "port": 1, "gid_index": 3}],
+         # An alias host (a lane) of the same node: its own host vars, flowing in unchanged.
+         "sim-b": [{"device": "mlx5_1", "port": 1, "gid_index": 3}]}
+ADDRESSES = {"sim-a": "127.0.0.11:7471", "sim-b": "127.0.0.12:7471"}
+
+
+def _case_plan(tmp_path, profile, workload=None, defects=(), **options):
+    case = {"id": "c", "profile": profile, "workload": workload or {"rounds_per_generation": 3}}
+    options = dict({"rails": RAILS, "service_addresses": ADDRESSES}, **options)
+    write_plan(str(tmp_path), "run-1", [case], runner_kind="sim", defects=list(defects), **options)
+    return json.loads((tmp_path / "cases" / "c" / "case.json").read_text())["launch"]
+
+
+def test_rails_and_locks_come_from_each_roles_inventory_host(tmp_path):
+    launch = _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-host"})
+    source, requester = launch["roles"]["source"], launch["roles"]["requester"]
+    assert (source["host"], source["locks"], source["rails_arguments"]) == ("sim-a", ["mlx5_0", "mlx5_1"],
+                                                                            {"rails": RAILS["sim-a"]})
+    assert (requester["locks"], requester["rails_arguments"]) == (["mlx5_1"], {"rails": RAILS["sim-b"]})
+    assert (launch["flow"], source["service_address"], requester["service_address"]) == (
+        "single", "127.0.0.11:7471", None)
+    assert [(g["bind"], g["peer"]) for g in source["generations"] + requester["generations"]] == [
+        ("configured", None), (None, "source")]
+
+
+def test_discovery_auto_pins_no_rails_and_lists_exactly_the_locked_rnics_both_ways(tmp_path):
+    launch = _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-rail-accounting",
+                                   "discovery": "auto"})
+    assert launch["roles"]["source"]["rails_arguments"] == {
+        "discovery": {"whitelist": ["mlx5_0", "mlx5_1"], "blacklist": ["mlx5_0", "mlx5_1"]}}
+
+
+def test_a_restart_generation_differs_only_by_its_plan_entries(tmp_path):
+    launch = _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-restart",
+                                   "generations": 3, "fault_role": "source"})
+    steps = [[(g["starts"], g["kill_previous"], g["last"], g["bind"]) for g in launch["roles"][role]["generations"]]
+             for role in ("source", "requester")]
+    assert steps == [[(True, False, False, "configured"), (True, True, False, "previous"),
+                      (True, True, True, "previous")],
+                     [(True, False, False, None), (False, False, False, None), (False, False, True, None)]]
+    assert launch["flow"] == "restart" and launch["roles"]["source"]["relay"] is None
+    assert launch["roles"]["source"]["fetch_files"] == {}
+
+
+def test_interruptions_relay_arguments_and_seconds_are_computed_once(tmp_path):
+    profile = {"source": "sim-a", "requester": "sim-b", "mode": "installed-interruption", "generations": 2,
+               "fault_role": "requester"}
+    timeouts = {"orbite_lease": "60", "orbite_runner_timeout": "100", "orbite_runner_ready_timeout": None}
+    launch = _case_plan(tmp_path, profile, timeouts=timeouts)
+    assert launch["seconds"] == {"lease": 60.0, "lock_timeout": 30.0, "ready_timeout": 60.0, "runner_timeout": 100.0,
+                                 "poll": 3.0}
+    source = launch["roles"]["source"]
+    assert source["relay"] == {"state_dir": "c/relay", "listen": "127.0.0.11:0", "hold_after_round": 3,
+                               "defects": [], "lease": (100.0 + 60.0) * 2 + 60.0, "timeout": 60.0}
+    assert [g["relay_held"] for g in source["generations"]] == [1, None]
+    assert [g["peer"] for g in launch["roles"]["requester"]["generations"]] == ["relay", "relay"]
+    entry = node_launch(source, "/w/run-1", "/usr/bin/python3")
+    assert (entry["relay"]["state_dir"], entry["fetch_files"]) == ("/w/run-1/c/relay",
+                                                                   {"relay.jsonl": "/w/run-1/c/relay/relay.jsonl"})
+    # The relay's own switch: it holds no grant, and the runners never see the switch.
+    leaky = _case_plan(tmp_path / "leak", profile, defects=["leak_grant"])["roles"]["source"]
+    assert ([g["relay_held"] for g in leaky["generations"]], leaky["relay"]["defects"], leaky["defects"]) == (
+        [0, None], ["leak_grant"], [])
+
+
+@pytest.mark.parametrize("field, given, message", [
+    ("rails", {"sim-a": RAILS["sim-a"]}, "rails.sim-b=None: must be host sim-b's orbite_rails"),
+    ("rails", dict(RAILS, **{"sim-b": [{"port": 1}]}), "rails.sim-b=[{'port': 1}]: must be host sim-b's orbite_rails"),
+    ("service_addresses", dict(ADDRESSES, **{"sim-a": "127.0.0.11"}),
+     "service_addresses.sim-a='127.0.0.11': must be host sim-a's orbite_service_address, host:port"),
+])
+def test_a_case_host_without_its_host_vars_is_refused_by_name(tmp_path, field, given, message):
+    with pytest.raises(RunPlanError) as raised:
+        _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-host"}, **{field: given})
+    assert str(raised.value).startswith(message), str(raised.value)
+    assert not (tmp_path / "run.json").exists()
+
+
+def test_the_plans_default_seconds_are_the_runner_roles_defaults():
+    defaults = yaml.safe_load((Path(__file__).parents[5] / "roles" / "runner" / "defaults" / "main.yml").read_text())
+    assert {variable: entry[-1] for variable, entry in SECONDS.items()} == {
+        variable: defaults[variable] for variable in SECONDS}
+
+
+def test_a_lane_case_takes_its_lane_hosts_rails_address_and_locks(tmp_path):
+    # The case schedule put the case on lane 1: its roles run on the alias hosts, with the aliases' host vars.
+    lane = {"sim-a~lane1": [{"device": "mlx5_2", "port": 1, "gid_index": 3}, {"device": "mlx5_3", "port": 1,
+                                                                               "gid_index": 3}],
+            "sim-b~lane1": [{"device": "mlx5_2", "port": 1, "gid_index": 3}]}
+    launch = _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-host"},
+                        rails=dict(RAILS, **lane),
+                        service_addresses=dict(ADDRESSES, **{"sim-a~lane1": "127.0.0.11:7472",
+                                                             "sim-b~lane1": "127.0.0.12:7472"}),
+                        case_hosts={"c": {"source": "sim-a~lane1", "requester": "sim-b~lane1"}})
+    source, requester = launch["roles"]["source"], launch["roles"]["requester"]
+    assert (source["host"], source["locks"], source["service_address"]) == (
+        "sim-a~lane1", ["mlx5_2", "mlx5_3"], "127.0.0.11:7472")
+    assert (requester["host"], requester["rails_arguments"]) == ("sim-b~lane1", {"rails": lane["sim-b~lane1"]})
+
+
+@pytest.mark.parametrize("given", [{"c": {"source": "sim-a"}}, {"c": "sim-a"}, ["sim-a", "sim-b"]])
+def test_a_bad_case_hosts_entry_is_refused_by_name_before_anything_is_written(tmp_path, given):
+    with pytest.raises(RunPlanError) as raised:
+        _case_plan(tmp_path, {"source": "sim-a", "requester": "sim-b", "mode": "installed-host"}, case_hosts=given)
+    assert str(raised.value).startswith("case_hosts."), str(raised.value)
+    assert "must name the inventory host of each role (source, requester)" in str(raised.value)
+    assert not (tmp_path / "run.json").exists()
