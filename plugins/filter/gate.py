@@ -7,7 +7,8 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import MODE as RELAY_MODE
-from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import node_launch
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import case_launch
+from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
 
 
 def case_entry(triple):
@@ -78,6 +79,14 @@ def case_switch_problems(cases, table, runner_kind):
             problems.append(f"{where}: defects[{index}]={json.dumps(name)}: {rule} ({mode} takes "
                             f"{', '.join(allowed)})")
     return problems
+
+
+def node_launch(case_plan, role, host, node_run_dir, python):
+    """This node's launch from its case's case.json (plugins/module_utils/_run/plan.case_launch)."""
+    try:
+        return case_launch(case_plan, role, host, node_run_dir, python)
+    except OrbiteError as error:
+        raise AnsibleFilterError(f"{error.code}: {error}") from None
 
 
 class FilterModule:

@@ -312,6 +312,20 @@ def node_launch(entry, node_run_dir, python):
                              for name, path in (entry.get("fetch_files") or {}).items()})
 
 
+def case_launch(case_plan, role, host, node_run_dir, python):
+    """This node's launch from a case's ``case.json`` document: ``role``'s entry put under ``node_run_dir``
+    (``node_launch``) with the case's supervisor run ID, flow and seconds beside it, read once by the runner
+    role's identity stage. The plan names the inventory host of each role (the schedule's lane host): a
+    ``host`` other than that one means the schedule and the run plan disagree, refused by name."""
+    launch, case_id = case_plan["launch"], case_plan.get("case_id")
+    entry = launch["roles"][role]
+    if entry["host"] != host:
+        raise RunPlanError(f"case {case_id}: launch.roles.{role}.host={quote(entry['host'])}: is not this host "
+                           f"({host}); the case schedule and the run plan disagree (cases/{case_id}/case.json)")
+    return dict(node_launch(entry, node_run_dir, python), supervisor_run_id=launch["supervisor_run_id"],
+                flow=launch["flow"], seconds=launch["seconds"])
+
+
 def _file(where, value, fields=("path", "sha256")):
     """An artifact entry {path, sha256} (plus kind for the runner), exactly those fields."""
     if not isinstance(value, dict):

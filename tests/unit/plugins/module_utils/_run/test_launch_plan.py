@@ -11,6 +11,7 @@ import yaml
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import (
     SECONDS,
     RunPlanError,
+    case_launch,
     node_launch,
     write_plan,
 )
@@ -81,6 +82,23 @@ def test_node_launch_puts_the_plan_under_the_nodes_run_directory(tmp_path):
         ("accounting", "/var/tmp/orbite/run-1/native/liborbite_accounting.so")]
     assert entry["preloads"]["uverbs_fault"] == {"path": "/var/tmp/orbite/run-1/native/liborbite_uverbs_fault.so",
                                                  "sha256": SHA_FAULT}
+
+
+def test_case_launch_gives_this_roles_entry_with_the_cases_ids_flow_and_seconds(tmp_path):
+    _launch(tmp_path)
+    plan = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())
+    entry = case_launch(plan, "requester", "sim-b", "/w/run-1", "/usr/bin/python3")
+    assert entry == dict(node_launch(plan["launch"]["roles"]["requester"], "/w/run-1", "/usr/bin/python3"),
+                         supervisor_run_id="run-1-cf", flow="restart", seconds=plan["launch"]["seconds"])
+    assert entry["registration_id"] == "run-1-cf-requester"
+
+
+def test_case_launch_refuses_a_plan_that_gives_the_role_to_another_host(tmp_path):
+    _launch(tmp_path)
+    plan = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())
+    with pytest.raises(RunPlanError, match=r'case cf: launch\.roles\.source\.host=.sim-a.: is not this host '
+                                           r'\(sim-b\); the case schedule and the run plan disagree'):
+        case_launch(plan, "source", "sim-b", "/w/run-1", "/usr/bin/python3")
 
 
 def test_a_native_runner_runs_its_binary_and_deploys_only_the_labs_provider(tmp_path):
