@@ -2,7 +2,7 @@
 # Copyright: OrbiTE qualification contributors
 """The fleet's pairs and waves, planned on the controller in-process (docs/fleet.md)."""
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.orbite.qualification.plugins.plugin_utils._filter_errors import filter_errors
 
 
 def fleet_pairs(hosts, fleet_id, fleet_dir, pairing="ring", pairs=None, fleet_hosts=None, slice_name=None):
@@ -10,15 +10,12 @@ def fleet_pairs(hosts, fleet_id, fleet_dir, pairing="ring", pairs=None, fleet_ho
     pair's preflight (its run directory), so that the module is called once, after it, to write."""
     # Imported here, not with the file: Ansible imports every filter file of the collection to find any one
     # filter (in each task's worker), and the fleet's run module brings the verifier with it.
-    from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError  # noqa: PLC0415
     from ansible_collections.orbite.qualification.plugins.module_utils._fleet import run as fleet_run  # noqa: PLC0415
     from ansible_collections.orbite.qualification.plugins.module_utils._fleet.plan import plan_fleet  # noqa: PLC0415
 
-    try:
+    with filter_errors():
         plan = fleet_run.attach_runs(plan_fleet(hosts, pairing, pairs, fleet_hosts, fleet_id=fleet_id), fleet_dir)
         out, doc = fleet_run.start(fleet_dir, plan, ["planned"], slice_name or None, check_mode=True)
-    except OrbiteError as error:
-        raise AnsibleFilterError(f"{error.code}: {error}") from None
     return {"output_dir": out, "pairs": doc["pairs"], "waves": doc["waves"], "slots": doc["slots"],
             "elsewhere": doc["elsewhere"], "max_degree": doc["max_degree"]}
 

@@ -8,7 +8,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import MODE as RELAY_MODE
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import case_launch
-from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError
+from ansible_collections.orbite.qualification.plugins.plugin_utils._filter_errors import filter_errors
 
 
 def case_entry(triple):
@@ -83,10 +83,8 @@ def case_switch_problems(cases, table, runner_kind):
 
 def node_launch(case_plan, role, host, node_run_dir, python):
     """This node's launch from its case's case.json (plugins/module_utils/_run/plan.case_launch)."""
-    try:
+    with filter_errors():
         return case_launch(case_plan, role, host, node_run_dir, python)
-    except OrbiteError as error:
-        raise AnsibleFilterError(f"{error.code}: {error}") from None
 
 
 class FilterModule:

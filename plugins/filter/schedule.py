@@ -2,19 +2,16 @@
 # Copyright: OrbiTE qualification contributors
 """The run's case schedule, planned on the controller by the preflight (docs/qualification.md "Concurrent cases")."""
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.orbite.qualification.plugins.plugin_utils._filter_errors import filter_errors
 
 
 def case_schedule(cases, rails, addresses, mode="lanes"):
     """cases + {host: orbite_rails} + {host: orbite_service_address} + the switch -> the schedule and lane hosts."""
-    from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError  # noqa: PLC0415
     from ansible_collections.orbite.qualification.plugins.module_utils._run import schedule  # noqa: PLC0415
 
-    try:
+    with filter_errors():
         plan = schedule.plan_schedule(list(cases), dict(rails), mode)
         plan["lane_hosts"] = schedule.lane_hosts(plan, dict(addresses))
-    except OrbiteError as error:
-        raise AnsibleFilterError(f"{error.code}: {error}") from None
     return plan
 
 

@@ -101,6 +101,18 @@ def test_case_launch_refuses_a_plan_that_gives_the_role_to_another_host(tmp_path
         case_launch(plan, "source", "sim-b", "/w/run-1", "/usr/bin/python3")
 
 
+def test_the_filter_names_the_code_and_the_field_of_a_plan_for_another_host(tmp_path):
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.orbite.qualification.plugins.filter.gate import FilterModule
+
+    _launch(tmp_path)
+    plan = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())
+    node_launch_filter = FilterModule().filters()["node_launch"]
+    assert node_launch_filter(plan, "source", "sim-a", "/w/run-1", "/usr/bin/python3")["host"] == "sim-a"
+    with pytest.raises(AnsibleFilterError, match=r"^run_plan\.invalid: case cf: launch\.roles\.requester\.host="):
+        node_launch_filter(plan, "requester", "sim-a", "/w/run-1", "/usr/bin/python3")
+
+
 def test_a_native_runner_runs_its_binary_and_deploys_only_the_labs_provider(tmp_path):
     artifacts = dict(ARTIFACTS, runner={"kind": "native", "path": "/opt/orbite/bin/orbite", "sha256": SHA_RUNNER})
     launch = _launch(tmp_path, runner_kind="native", artifacts=artifacts, defects=())
