@@ -17,9 +17,12 @@ import shlex
 import shutil
 import tempfile
 
+from ansible.utils.display import Display
 from ansible_collections.orbite.qualification.plugins.module_utils._node_steps import fetch_receipts as job
 from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts import unpack
 from ansible_collections.orbite.qualification.plugins.plugin_utils._node_step import NodeStepAction
+
+display = Display()
 
 
 class ActionModule(NodeStepAction):
@@ -52,6 +55,9 @@ class ActionModule(NodeStepAction):
         if errors:
             unwritten = (f"{len(errors)} receipt(s) of {len(packed.get('members') or [])} not written into {dest}: "
                          + "; ".join(f"{name}: {why}" for name, why in sorted(errors.items())))
+            # Shown also when the task's failed_when lets the play go on (the runner role's: the verifier codes the
+            # missing receipts), so the operator sees it where it happened.
+            display.warning(f"{self._task.get_name()}: {unwritten}")
             # A supervisor that did not stop stays the failure named first (its locks may still be held).
             result.update(errors=errors, msg=f"{result['msg']}; {unwritten}" if packed.get("failed") else unwritten,
                           failed=True, code=result.get("code") if packed.get("failed") else "receipts.unwritten")

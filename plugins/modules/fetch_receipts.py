@@ -120,8 +120,11 @@ members:
   type: list
   elements: dict
   sample: [{name: g1/ledger.json, size: 2210, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}]
-skipped:
-  description: Named O(files) left out, each C(name), C(path) and C(why) (C(missing), or not a regular file).
+left_out:
+  description:
+    - Named O(files) left out, each C(name), C(path) and C(why) (C(missing), or not a regular file).
+    - Not called C(skipped), which Ansible reads as the task's own status (a skipped task evaluates no
+      C(failed_when)).
   returned: always
   type: list
   elements: dict

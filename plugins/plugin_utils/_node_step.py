@@ -2,10 +2,11 @@
 # Copyright: OrbiTE qualification contributors
 """Run a node-side module's job in one lean Python on the node: no AnsiballZ, no ansible.module_utils there.
 
-Private to the collection. A node step (node_supervisor, runner, fetch_receipts, deploy_artifacts) is a module
-whose argument spec and job live in ``module_utils/_node_steps/<module>.py`` (``SPEC``, ``run(module)``). Run as
-Ansible runs a module, each call pays node CPU before the job starts: AnsiballZ's payload carries sources only,
-so the node compiles ``ansible.module_utils.basic``, its imports and the collection's code again at every call
+Private to the collection. A node step (node_supervisor, runner, fetch_receipts, deploy_artifacts,
+supervised_process, control_relay) is a module whose argument spec and job live in
+``module_utils/_node_steps/<module>.py`` (``SPEC``, ``run(module)``). Run as Ansible runs a module, each call
+pays node CPU before the job starts: AnsiballZ's payload carries sources only, so the node compiles
+``ansible.module_utils.basic``, its imports and the collection's code again at every call
 (bench/bench_gate.py measures one call each way). The action plugin of the same name subclasses
 :class:`NodeStepAction`, which
 

@@ -14,7 +14,7 @@ import sys
 from ansible_collections.orbite.qualification.plugins.module_utils._common.job import JobModule, run_job
 
 # The jobs a lean step may name (modules of this package), and nothing else.
-JOBS = ("deploy_artifacts", "fetch_receipts", "node_supervisor", "runner")
+JOBS = ("control_relay", "deploy_artifacts", "fetch_receipts", "node_supervisor", "runner", "supervised_process")
 
 
 def respond(request_line):

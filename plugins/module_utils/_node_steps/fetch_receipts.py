@@ -56,15 +56,15 @@ def run(module):
     try:
         if module.check_mode:
             members = [{"name": name, "path": path} for name, path in select(p["src"], p["patterns"])]
-            module.exit_json(members=members, skipped=[], **result)
+            module.exit_json(members=members, left_out=[], **result)
         archive = archive_path_for(p["src"])
-        members, skipped = pack(p["src"], p["patterns"], files, archive)
+        members, left_out = pack(p["src"], p["patterns"], files, archive)
     except (ReceiptsError, OSError) as error:
         unpacked = f"src={p['src']}: the receipts could not be packed"
         if stop_error is not None:  # the stop's failure comes first: its locks may still be held
             fail_from(module, stop_error, prefix=f"the supervisor did not stop ({unpacked}: {error})", **result)
         fail_from(module, error, prefix=unpacked, **result)
-    result.update(members=members, skipped=skipped, archive=archive if members else None)
+    result.update(members=members, left_out=left_out, archive=archive if members else None)
     if stop_error is not None:
         # Failed with the archive named: the action plugin still fetches it.
         fail_from(module, stop_error, prefix="the supervisor did not stop (the receipts were packed all the same)",

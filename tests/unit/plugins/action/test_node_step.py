@@ -26,17 +26,20 @@ from helpers.modules import run_module
 from helpers.node_root import make_root
 
 from ansible_collections.orbite.qualification.plugins.action import (
+    control_relay,
     deploy_artifacts,
     fetch_receipts,
     node_supervisor,
     runner,
+    supervised_process,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import PROGRAM_MODULES
 from ansible_collections.orbite.qualification.plugins.module_utils._node_steps.entry import JOBS
 from ansible_collections.orbite.qualification.plugins.plugin_utils import _node_step
 
-ACTIONS = {m.__name__.rsplit(".", 1)[1]: m for m in (deploy_artifacts, fetch_receipts, node_supervisor, runner)}
+ACTIONS = {m.__name__.rsplit(".", 1)[1]: m for m in (control_relay, deploy_artifacts, fetch_receipts, node_supervisor,
+                                                     runner, supervised_process)}
 NODE_PACKAGES = ("_common", "_node", "_node_steps", "_run")
 
 
@@ -205,6 +208,68 @@ def test_fetch_step_packs_on_the_node_fetches_once_and_removes_the_archive(tmp_p
     assert action._connection.fetch_file.call_count == 1 and not os.path.exists(result["archive"])
 
 
+@pytest.mark.parametrize(("args", "check_mode"), [
+    ({"action": "launch", "run_dir": "{d}/nowhere"}, False),  # argv required for launch
+    ({"action": "signal", "run_dir": "{d}/nowhere", "child_id": "c1", "pid": 4242}, False),  # start_time too
+    ({"action": "launch", "run_dir": "{d}/nowhere", "argv": ["/bin/true"]}, False),  # no supervisor there
+    ({"action": "wait", "run_id": "r1", "root": "{d}/host", "child_id": "c1", "pid": "x"}, False),
+])
+def test_supervised_process_step_is_the_module(tmp_path, args, check_mode):
+    assert same("supervised_process", tmp_path, args, check_mode)["failed"] is True
+
+
+def test_a_restart_kill_by_lean_steps_reaps_the_child_dead_of_sigkill(tmp_path):
+    """The restart flow's kill (supervised_process signal with reap) as a lean step, against a real supervisor."""
+    root = make_root(tmp_path / "host")
+    args = {"run_id": "r1", "root": root, "lease": 60}
+    started = lean("node_supervisor", dict(args, state="started", locks=["mlx5_0"]))
+    try:
+        assert started["running"], started
+        common = {"run_id": "r1", "root": root}
+        launched = lean("supervised_process", dict(common, action="launch",
+                                                   argv=[sys.executable, "-c", "import time; time.sleep(60)"]))
+        child = launched["child"]
+        assert launched["changed"] and child["running"], launched
+        killed = lean("supervised_process", dict(common, action="signal", child_id=child["child_id"],
+                                                 pid=child["pid"], start_time=child["start_time"], reap=True))
+        assert killed["changed"] and not killed["child"]["running"] and killed["child"]["exit_signal"] == 9, killed
+        reused = lean("supervised_process", dict(common, action="signal", child_id=child["child_id"],
+                                                 pid=child["pid"] + 1, start_time=child["start_time"]))
+        assert reused["failed"] and reused["msg"].startswith("supervisor refused signal"), reused
+    finally:
+        lean("node_supervisor", dict(args, state="stopped", force=True))
+
+
+@pytest.mark.parametrize("args", [
+    {"state": "started", "state_dir": "{d}/relay"},  # listen, upstream, run_id required
+    {"state": "started", "state_dir": "{d}/relay", "listen": "127.0.0.1", "upstream": "127.0.0.1:5", "run_id": "r"},
+    {"state": "holding", "state_dir": "{d}/relay", "held": -1},
+    {"state": "stopped", "state_dir": "{d}/relay"},  # no relay there: nothing to stop
+])
+def test_control_relay_step_is_the_module(tmp_path, args):
+    result = same("control_relay", tmp_path, args)
+    assert result.get("failed", False) == (args["state"] != "stopped"), result
+
+
+def test_a_relay_started_by_a_lean_step_runs_its_program_from_the_payload_and_stops(tmp_path):
+    """The relay's program is its module's own source: from the lean step's zip (a memory file), not a file."""
+    upstream = __import__("socket").socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(1)
+    state_dir = str(tmp_path / "relay")
+    try:
+        started = lean("control_relay", {"state": "started", "state_dir": state_dir, "listen": "127.0.0.1:0",
+                                         "upstream": f"127.0.0.1:{upstream.getsockname()[1]}", "run_id": "r1",
+                                         "timeout": 10})
+        assert started["changed"] and started["ready"]["pid"] > 0, started
+        waited = lean("control_relay", {"state": "holding", "state_dir": state_dir, "held": 0, "timeout": 5})
+        assert waited["status"]["held"] == 0, waited
+    finally:
+        stopped = lean("control_relay", {"state": "stopped", "state_dir": state_dir})
+        upstream.close()
+    assert (stopped["changed"], stopped["stopped"], stopped["was_running"]) == (True, True, True), stopped
+
+
 # ---------------------------------------------------------------- where the module runs as Ansible runs it
 
 
@@ -289,8 +354,9 @@ def test_the_payload_holds_node_side_code_only():
 @pytest.mark.parametrize(("request_line", "message"), [
     (b"not json", "the node step's request is not one JSON object with job, params and check_mode"),
     (b'{"job": "runner"}', "the node step's request is not one JSON object with job, params and check_mode"),
-    (b'{"job": "os", "params": {}, "check_mode": false}', "job='os': not a node step job (one of "
-                                                          "deploy_artifacts, fetch_receipts, node_supervisor, runner)"),
+    (b'{"job": "os", "params": {}, "check_mode": false}',
+     "job='os': not a node step job (one of control_relay, deploy_artifacts, fetch_receipts, node_supervisor, runner, "
+     "supervised_process)"),
 ])
 def test_a_bad_request_is_refused_by_the_node(request_line, message):
     answer = node(request_line)

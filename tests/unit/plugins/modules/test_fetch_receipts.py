@@ -65,3 +65,13 @@ def test_the_journal_name_is_the_supervisors_with_supervisor(tmp_path, root):
             "supervisor": {"run_id": "run-1", "root": root}}
     fetched = run_module("fetch_receipts", tmp_path, args)
     assert fetched["failed"] and fetched["code"] == "receipts.invalid" and "files.journal.jsonl" in fetched["msg"]
+
+
+def test_a_named_file_left_out_is_listed_under_a_name_ansible_does_not_read_as_skipped(tmp_path):
+    """A result key ``skipped`` (a non-empty list) made Ansible take the task as skipped: it evaluated no
+    failed_when (the runner role's stop check is the fetch task's failed_when) and showed the fetch as skipping."""
+    missing = str(tmp_path / "node" / "relay.jsonl")
+    fetched = run_module("fetch_receipts", tmp_path, {"src": _receipts(tmp_path), "dest": str(tmp_path / "dest"),
+                                                      "files": {"relay.jsonl": missing}})
+    assert not fetched.get("failed") and "skipped" not in fetched, fetched
+    assert fetched["left_out"] == [{"name": "relay.jsonl", "path": missing, "why": "missing"}]
