@@ -137,7 +137,7 @@ def _supervisor(run_dir, case, role):
 
 
 def test_fleet_pairs_run_their_cases_on_lanes_with_the_serial_verdict(repo_root, ansible_env, lab4, tmp_path):
-    lanes, lanes_verdict, lanes_dirs = _fleet(repo_root, ansible_env, lab4, tmp_path / "lanes", "lanes")
+    _lanes, lanes_verdict, lanes_dirs = _fleet(repo_root, ansible_env, lab4, tmp_path / "lanes", "lanes")
     serial, serial_verdict, serial_dirs = _fleet(repo_root, ansible_env, lab4, tmp_path / "serial", " Serial ")
     for verdict in (lanes_verdict, serial_verdict):
         assert verdict["verdict"] == "PASS" and verdict["complete"] and verdict["waves"] == [["p1", "p2"]]

@@ -61,8 +61,9 @@ def fleet_lanes(pairs, waves, runs, rails, addresses, mode="lanes"):
             pair, plan = by_id[pair_id], planned[pair_id]
             for lane in plan["lane_hosts"]:
                 if lane["name"] in hosts:  # never: a wave's pairs share no host (fleet/plan.py)
-                    raise FleetPlanError(f"wave {wave}: lane host {lane['name']} in pairs {hosts[lane['name']]['pair']} "
-                                         f"and {pair_id}; a wave's pairs share no host")
+                    other = hosts[lane["name"]]["pair"]
+                    raise FleetPlanError(f"wave {wave}: lane host {lane['name']} in pairs {other} and {pair_id}; "
+                                         "a wave's pairs share no host")
                 hosts[lane["name"]] = {"pair": pair_id, "run_id": pair["run_id"], "run_dir": pair["run_dir"],
                                        "cases": lane["cases"]}
         out_waves.append({"slots": max((len(planned[p]["slots"]) for p in wave), default=0), "hosts": hosts})

@@ -84,7 +84,7 @@ def test_every_wave_runs_each_case_once_and_no_two_cases_of_a_slot_share_an_rnic
                     continue
                 assert name in (case["source"], case["requester"])
                 ran.setdefault((entry["pair"], case["id"]), set()).add(name)
-                lane = next(l for l in got["lane_hosts"] if l["name"] == name)
+                lane = next(own for own in got["lane_hosts"] if own["name"] == name)
                 held += [(lane["host"], rail["device"]) for rail in lane["rails"]]
             assert len(held) == len(set(held)), (wave, slot)  # one machine's RNIC: one case at a time
             assert all(len(hosts) == 2 for hosts in ran.values())  # both roles of each case, in one slot
