@@ -56,6 +56,14 @@ def test_fleet_of_two_disjoint_pairs_passes_with_a_row_per_pair(repo_root, ansib
     assert bad.returncode != 0
     assert "pairs[1]=['sim-b', 'sim-b']: a host cannot be paired with itself" in bad.stdout, bad.stdout[-3000:]
     assert not runs.exists() and not list(lab.glob("*/var/tmp/orbite"))
+    # A bad case schedule switch: refused by name before any host is touched, nothing written.
+    bad = gate.run_gate(repo_root, ansible_env, lab, runs, "fleet.yml",
+                        {"orbite_profile_file": str(profile), "orbite_fleet_pairing": "list",
+                         "orbite_fleet_pairs": PAIRS, "orbite_case_schedule": "parallel"}, inventory=inventory)
+    assert bad.returncode != 0 and "Traceback" not in bad.stdout + bad.stderr
+    assert "schedule.invalid: orbite_case_schedule='parallel': must be one of lanes, serial" in " ".join(
+        bad.stdout.split()), bad.stdout[-3000:]
+    assert not runs.exists() and not list(lab.glob("*/var/tmp/orbite"))
 
     result = gate.run_gate(repo_root, ansible_env, lab, runs, "fleet.yml",
                            {"orbite_profile_file": str(profile), "orbite_fleet_id": "fleet-t",
