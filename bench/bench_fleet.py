@@ -7,7 +7,13 @@ against what the machine's cores allow (four pairs cannot take less than one pai
 four pairs' CPU seconds spread over every core), and where the time goes per task
 (bench/callback_plugins/task_times.py). Figures are printed, never asserted.
 
+With --lanes (docs/fleet.md "Lanes in a fleet"), on a lab of 4 hosts of --rnics RNICs (default 4 then): the same
+fleet of two disjoint pairs in one wave with orbite_case_schedule serial, then lanes, side by side (time to the
+fleet verdict, CPU seconds, slots per wave) and whether the two fleet verdicts' (pair, case, code, status)
+findings are identical.
+
     unshare -n bash -c 'ip link set lo up && .venv/bin/python bench/bench_fleet.py [--rounds N] [--profile F]'
+    unshare -n bash -c 'ip link set lo up && .venv/bin/python bench/bench_fleet.py --lanes [--rnics 4] [--pairs 1]'
 """
 
 import argparse
@@ -100,13 +106,13 @@ def run_counting_cpu(argv, **kwargs):
         return status, out.read(), _children_cpu() - before, left
 
 
-def fleet(lab, runs, pairs, profile, times_path):
+def fleet(lab, runs, pairs, profile, times_path, extra=None):
     """Seconds to the fleet verdict of ``pairs``, the CPU seconds it cost, and the per-task times."""
     started = time.monotonic()
     status, output, cpu, left = run_counting_cpu(
         ["ansible-playbook", "-i", str(lab / "inventory.yml"), "playbooks/fleet.yml", "-e", f"sim_lab_dir={lab}",
-         "-e", json.dumps({"orbite_output_dir": str(runs), "orbite_profile_file": profile,
-                           "orbite_fleet_pairing": "list", "orbite_fleet_pairs": pairs})],
+         "-e", json.dumps(dict({"orbite_output_dir": str(runs), "orbite_profile_file": profile,
+                                "orbite_fleet_pairing": "list", "orbite_fleet_pairs": pairs}, **(extra or {})))],
         cwd=ROOT, env=dict(_env(), ORBITE_TASK_TIMES=str(times_path)))
     elapsed = time.monotonic() - started
     if status != 0:
@@ -117,11 +123,78 @@ def fleet(lab, runs, pairs, profile, times_path):
     return elapsed, cpu, {row["task"]: row for row in json.loads(times_path.read_text())}
 
 
+# --lanes: two disjoint pairs of 4 hosts in one wave; the frozen profile's two cases (one slot of two in lanes).
+LANE_PAIRS = [["sim-a", "sim-c"], ["sim-d", "sim-b"]]
+LANE_VARIANTS = [{"id": "read-polling", "changes": {"operation": "read", "rdma_events": False}},
+                 {"id": "write-events", "changes": {"operation": "write", "rdma_events": True}},
+                 {"id": "write-polling", "changes": {"operation": "write", "rdma_events": False}},
+                 {"id": "read-events", "changes": {"operation": "read", "rdma_events": True}}]
+
+
+def _findings(fleet_dir):
+    """Every (pair, case, code, status) of a fleet's pairs' verdicts, and the fleet verdict."""
+    verdict = json.loads((fleet_dir / "fleet-verdict.json").read_text())
+    found = set()
+    for pair in verdict["pairs"]:
+        run = json.loads((Path(pair["run_dir"]) / "verdict.json").read_text())
+        found |= {(pair["id"], c["case"], f["code"], f["status"]) for c in run["cases"] for f in c["findings"]}
+    return verdict["verdict"], found
+
+
+def _slots(fleet_dir):
+    """Slots per pair, from each pair's schedule.json."""
+    return {path.parent.name.rsplit("-", 1)[-1]: len(json.loads(path.read_text())["slots"])
+            for path in sorted(fleet_dir.glob("*/schedule.json"))}
+
+
+def lanes_side_by_side(args):
+    """Serial then lanes, the same fleet on one lab of 4-RNIC hosts (best of the rounds each), printed side by side."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lab = Path(tmp) / "lab"
+        common = ["ansible-playbook", "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab}", "-e", "sim_lab_count=4",
+                  "-e", f"sim_lab_rnics={args.rnics}"]
+        subprocess.run(common, cwd=ROOT, env=_env(), check=True, capture_output=True)
+        try:
+            best, seen = {}, {}
+            for index in range(args.rounds):
+                for mode in ("serial", "lanes"):
+                    runs = Path(tmp) / f"runs-{mode}-{index}"
+                    fleet_id = f"fleet-{mode}-{index}"
+                    got = fleet(lab, runs, LANE_PAIRS[:args.pairs], args.profile, Path(tmp) / f"times-{mode}-{index}.json",
+                                {"orbite_fleet_id": fleet_id, "orbite_case_schedule": mode,
+                                 "orbite_case_variants": LANE_VARIANTS})
+                    seen[mode] = (*_findings(runs / fleet_id), _slots(runs / fleet_id))
+                    if mode not in best or got[0] < best[mode][0]:
+                        best[mode] = got
+        finally:
+            subprocess.run([*common, "-e", "sim_lab_state=absent"], cwd=ROOT, env=_env(), check=False,
+                           capture_output=True)
+    print(f"machine: {os.cpu_count()} core(s) (os.cpu_count); load average now {os.getloadavg()[0]:.1f}")
+    print(f"profile {args.profile}, {len(LANE_VARIANTS)} cases a pair, pairs {LANE_PAIRS[:args.pairs]} in one wave, "
+          f"{args.rnics} RNICs a host; best of {args.rounds} round(s)")
+    print(f"{'':8} {'to verdict':>11} {'CPU s':>8}  slots per pair")
+    for mode in ("serial", "lanes"):
+        elapsed, cpu, _tasks = best[mode]
+        print(f"{mode:8} {elapsed:10.2f}s {cpu:8.2f}  {seen[mode][2]}")
+    ratio = best["lanes"][0] / best["serial"][0]
+    print(f"lanes / serial time to verdict: {ratio:.2f}; verdicts {seen['serial'][0]} and {seen['lanes'][0]}; "
+          f"findings identical: {seen['serial'][1] == seen['lanes'][1]} "
+          f"({len(seen['lanes'][1])} (pair, case, code, status))")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="alternating measurements of each side (best kept)")
     parser.add_argument("--profile", default="rail_accounting.json", help="profile file (default the frozen one)")
+    parser.add_argument("--lanes", action="store_true",
+                        help="serial against lanes inside the pairs of a fleet of 4 hosts, side by side")
+    parser.add_argument("--rnics", type=int, choices=(2, 4), default=4, help="with --lanes: RNICs a host (default 4)")
+    parser.add_argument("--pairs", type=int, choices=(1, 2), default=2,
+                        help="with --lanes: pairs in the wave (default 2; 1 leaves the cores to one pair's lanes)")
     args = parser.parse_args()
+    if args.lanes:
+        lanes_side_by_side(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         lab = Path(tmp) / "lab"
         common = ["ansible-playbook", "playbooks/sim_lab.yml", "-e", f"sim_lab_dir={lab}", "-e", "sim_lab_count=8"]
@@ -162,7 +235,7 @@ def main():
         phases = {"plan, preflight and run.json per pair (controller)": 0.0, "waves (hosts)": 0.0, "verdict": 0.0}
         for name, row in tasks.items():
             if name.startswith(("orbite.qualification.runner", "Run one",
-                                "Take this host", "Set this host", "Touch no node")):
+                                "Take this lane host", "Set this lane host", "Touch no node")):
                 phases["waves (hosts)"] += row["seconds"]
             elif name.startswith(("Verify", "Publish", "Show", "Fail")):
                 phases["verdict"] += row["seconds"]

@@ -20,6 +20,16 @@ def fleet_pairs(hosts, fleet_id, fleet_dir, pairing="ring", pairs=None, fleet_ho
             "elsewhere": doc["elsewhere"], "max_degree": doc["max_degree"]}
 
 
+def fleet_schedule(runs, plan, rails, addresses, mode="lanes"):
+    """Each pair's case schedule on its lanes and every wave's lane hosts (docs/fleet.md "Lanes in a fleet"): the
+    single pair's scheduler once per pair, planned in-process before the fleet plan is written."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._fleet import schedule  # noqa: PLC0415
+
+    with filter_errors():
+        return schedule.fleet_lanes(list(plan["pairs"]), list(plan["waves"]), dict(runs or {}), dict(rails),
+                                    dict(addresses), mode)
+
+
 class FilterModule:
     def filters(self):
-        return {"fleet_pairs": fleet_pairs}
+        return {"fleet_pairs": fleet_pairs, "fleet_schedule": fleet_schedule}

@@ -67,6 +67,9 @@ options:
         the same call writes each named pair's C(run.json) (and its C(cases/<id>/case.json)) before the fleet
         plan, in one call for every pair instead of one M(orbite.qualification.run_plan) call each. A pair whose
         run the preflight wrote is left out. Not in check mode (docs/fleet.md).
+      - A pair's C(case_hosts) (each case's lane hosts, as M(orbite.qualification.run_plan)'s
+        O(orbite.qualification.run_plan#module:case_hosts)) and C(schedule) (its case schedule, written beside
+        C(run.json) as C(schedule.json)) come from the C(fleet_schedule) filter (docs/fleet.md "Lanes in a fleet").
     type: dict
     default: {}
   runner_kind:
@@ -92,15 +95,15 @@ options:
     default: {}
   rails:
     description:
-      - With O(runs), the C(orbite_rails) host var of each fleet host, a mapping of host name to rails, giving each
+      - With O(runs), the C(orbite_rails) of each fleet host, a mapping of host name to rails, giving each
         pair's locks and rails arguments (as M(orbite.qualification.run_plan)'s
-        O(orbite.qualification.run_plan#module:rails)).
+        O(orbite.qualification.run_plan#module:rails)); with lanes, of each lane host (its lane's rails).
     type: dict
   service_addresses:
     description:
-      - With O(runs), the C(orbite_service_address) host var of each fleet host, a mapping of host name to
+      - With O(runs), the C(orbite_service_address) of each fleet host, a mapping of host name to
         C(host:port) (as M(orbite.qualification.run_plan)'s
-        O(orbite.qualification.run_plan#module:service_addresses)).
+        O(orbite.qualification.run_plan#module:service_addresses)); with lanes, of each lane host (port + lane).
     type: dict
 attributes:
   check_mode:

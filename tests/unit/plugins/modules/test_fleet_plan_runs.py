@@ -3,6 +3,7 @@ call; nothing in check mode; a bad case is named with its pair and the fleet pla
 
 import json
 
+from ansible_collections.orbite.qualification.plugins.filter.fleet import fleet_pairs, fleet_schedule
 from ansible_collections.orbite.qualification.plugins.module_utils._profile.model import load_and_derive
 from helpers.modules import run_module
 
@@ -45,3 +46,27 @@ def test_a_bad_case_is_named_with_its_pair_and_nothing_of_the_fleet_is_written(t
     assert result["failed"] is True and result["code"] == "run_plan.invalid", result
     assert result["msg"].startswith(f"runs[p2] (run_dir={tmp_path / 'f1' / 'f1-p2'}): cases[0].id=")
     assert not (tmp_path / "f1" / "fleet.json").exists()
+
+
+def test_a_pairs_lanes_give_its_case_hosts_and_its_schedule_json(tmp_path, repo_root):
+    cases = _cases(repo_root, "sim-c", "sim-d")
+    cases.append(dict(cases[0], id="write-events"))
+    rails = {h: [{"device": f"mlx5_{i}", "port": 1, "gid_index": 3} for i in range(4)]
+             for h in ("sim-a", "sim-b", "sim-c", "sim-d")}
+    addresses = {h: f"127.0.0.{11 + i}:7471" for i, h in enumerate(("sim-a", "sim-b", "sim-c", "sim-d"))}
+    args = _args(tmp_path, repo_root)
+    planned = fleet_pairs(args["hosts"], "f1", args["fleet_dir"], pairing="list", pairs=args["pairs"])
+    lanes = fleet_schedule({"p2": {"cases": cases}}, planned, rails, addresses)
+    runs = {"p2": dict({"cases": cases}, **lanes["pairs"]["p2"])}
+    result = run_module("fleet_plan", tmp_path, dict(args, runs=runs, cases=["read-polling", "write-events"],
+                        rails={lane["name"]: lane["rails"] for lane in lanes["lane_hosts"]},
+                        service_addresses={lane["name"]: lane["service_address"] for lane in lanes["lane_hosts"]}))
+    assert result.get("failed") is not True, result
+    p2 = tmp_path / "f1" / "f1-p2"
+    assert json.loads((p2 / "schedule.json").read_text()) == lanes["pairs"]["p2"]["schedule"]
+    launch = json.loads((p2 / "cases" / "write-events" / "case.json").read_text())["launch"]["roles"]
+    assert (launch["source"]["host"], launch["source"]["locks"], launch["source"]["service_address"]) == (
+        "sim-c~lane1", ["mlx5_2", "mlx5_3"], "127.0.0.13:7472")
+    assert (launch["requester"]["host"], launch["requester"]["locks"]) == ("sim-d~lane1", ["mlx5_2", "mlx5_3"])
+    first = json.loads((p2 / "cases" / "read-polling" / "case.json").read_text())["launch"]["roles"]
+    assert first["source"]["host"] == "sim-c" and first["source"]["locks"] == ["mlx5_0", "mlx5_1"]
