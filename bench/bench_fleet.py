@@ -160,7 +160,8 @@ def lanes_side_by_side(args):
                 for mode in ("serial", "lanes"):
                     runs = Path(tmp) / f"runs-{mode}-{index}"
                     fleet_id = f"fleet-{mode}-{index}"
-                    got = fleet(lab, runs, LANE_PAIRS[:args.pairs], args.profile, Path(tmp) / f"times-{mode}-{index}.json",
+                    times = Path(tmp) / f"times-{mode}-{index}.json"
+                    got = fleet(lab, runs, LANE_PAIRS[:args.pairs], args.profile, times,
                                 {"orbite_fleet_id": fleet_id, "orbite_case_schedule": mode,
                                  "orbite_case_variants": LANE_VARIANTS})
                     seen[mode] = (*_findings(runs / fleet_id), _slots(runs / fleet_id))
