@@ -52,7 +52,7 @@ options:
   files:
     description:
       - Single files to fetch too when they exist, by the plain file name they get in O(dest)
-        (e.g. C(relay.jsonl) for the control relay's journal). A missing one is skipped (RV(skipped)).
+        (e.g. C(relay.jsonl) for the control relay's journal). A missing one is left out (RV(left_out)).
       - With O(supervisor), the name C(journal.jsonl) is the supervisor's journal's.
     type: dict
     default: {}
