@@ -8,7 +8,7 @@ venv=${COMPAT_VENV:-.venv-ansible-2.17}
 if [[ ! -x $venv/bin/ansible-playbook ]]; then
   "${PYTHON:-python3}" -m venv "$venv"
   "$venv/bin/pip" install --quiet --upgrade pip
-  "$venv/bin/pip" install --quiet -r meta/ee-requirements.txt "ansible-core>=2.17,<2.18"
+  "$venv/bin/pip" install --quiet -r meta/ee-requirements.txt "ansible-core>=2.17,<2.18" "cryptography<51"
 fi
 export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/$venv/bin:$PATH
 # A throw-away work directory: the lab and the run directory derive from it.
