@@ -122,6 +122,13 @@ options:
         O(rails) and O(service_addresses) that case's launch plan takes.
       - Not given, or a case not named, each role runs on its profile's host.
     type: dict
+  schedule:
+    description:
+      - The run's case schedule (the C(case_schedule) filter's), written beside C(run.json) as C(schedule.json), so
+        the run directory says which case ran on which lane's RNICs.
+      - Its keys are the filter's (C(mode), C(lanes), C(lane_hosts), C(slots), C(critical_path), C(total); see
+        docs/qualification.md "Concurrent cases"). Not given, no C(schedule.json) is written.
+    type: dict
   artifacts:
     description:
       - The executables the run uses, each with the sha256 the nodes must run (recorded in C(run.json)).

@@ -296,3 +296,17 @@ def test_a_rerun_of_a_run_left_incomplete_verifies_it_first_and_a_final_verdict_
     again = origin_of(str(killed))
     assert again["verified"] is False and again["origin"] == found["origin"]
     assert json.loads((killed / "verdict.json").read_text())["started_at"] == written["started_at"]
+
+
+def test_the_module_writes_the_case_schedule_beside_run_json_and_nothing_in_check_mode(tmp_path):
+    from helpers.modules import run_module
+
+    schedule = {"mode": "lanes", "lanes": [{"lane": 0}], "slots": [[{"id": "a", "lane": 0}]], "total": 1.0}
+    base = {"run_dir": str(tmp_path / "run"), "run_id": "run-1", "cases": [{"id": "a", "profile": PROFILE}]}
+    assert run_module("run_plan", tmp_path, dict(base, schedule=schedule, _ansible_check_mode=True))["changed"] is True
+    assert not (tmp_path / "run" / "schedule.json").exists()
+    run_module("run_plan", tmp_path, dict(base, schedule=schedule))
+    written = tmp_path / "run" / "schedule.json"
+    assert json.loads(written.read_text()) == schedule and _mode(written) == 0o600
+    run_module("run_plan", tmp_path, dict(base, run_dir=str(tmp_path / "plain")))
+    assert not (tmp_path / "plain" / "schedule.json").exists()
