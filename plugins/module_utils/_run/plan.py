@@ -286,6 +286,9 @@ def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, 
             # Fetched beside the receipts (the relay's journal), each under the node's run directory.
             "fetch_files": {"relay.jsonl": os.path.join(mine["state_dir"], "relay.jsonl")} if mine else {},
             "runner": runner, "verbs_library": library, "deploy": deploy, "preloads": preloads,
+            # The observer tools this role's runner preloads in the case, whatever the runner kind (a native
+            # runner's installation is checked for them, once per run: roles/runner/tasks/prepare.yml).
+            "tools": tools,
             "generations": _role_generations(case, role, relay)}
     flow = "restart" if case["profile"].get("mode") in RESTART_MODES else "single"
     return {"supervisor_run_id": ids["supervisor_run_id"], "flow": flow, "seconds": seconds, "roles": roles}
@@ -324,6 +327,39 @@ def case_launch(case_plan, role, host, node_run_dir, python):
                            f"({host}); the case schedule and the run plan disagree (cases/{case_id}/case.json)")
     return dict(node_launch(entry, node_run_dir, python), supervisor_run_id=launch["supervisor_run_id"],
                 flow=launch["flow"], seconds=launch["seconds"])
+
+
+def case_launches(run_dir, slots, host, node_run_dir, python):
+    """{case ID: this host's launch} for each case of ``slots`` (this host's case of each slot of the schedule, None
+    where it has none: the preflight's lane cases), its role the source where the slot names this host as the
+    source, else the requester, as the case's include gives it. Each case's ``case.json`` under ``run_dir`` is read
+    once for the run (case_launch), not once per case by a task of its own."""
+    if not isinstance(slots, list):
+        raise RunPlanError(f"slots={quote(slots)}: must be a list of this host's case per slot (or null)")
+    for field, value in (("host", host), ("node_run_dir", node_run_dir), ("python", python)):
+        if not isinstance(value, str) or not value:
+            raise RunPlanError(f"{field}={quote(value)}: must be a non-empty string")
+    launches = {}
+    for index, slot in enumerate(slots):
+        if slot is None:
+            continue
+        if not isinstance(slot, dict) or not names.is_name(slot.get("id")) or not isinstance(slot.get("source"), str):
+            raise RunPlanError(f"slots[{index}]={quote(slot)}: must be a mapping with the case's id (a name) and its "
+                               "source host")
+        path = os.path.join(run_dir, "cases", slot["id"], "case.json")
+        try:
+            document = json.loads(read_regular_bytes(path, PLAN_READ_LIMIT).decode("utf-8"))
+        except (OSError, ValueError, RecursionError, OrbiteError) as error:
+            raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} cannot be read ({error})") from None
+        if not isinstance(document, dict) or not isinstance(document.get("launch"), dict):
+            raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} holds no launch plan")
+        role = "source" if slot["source"] == host else "requester"
+        try:
+            launches[slot["id"]] = case_launch(document, role, host, node_run_dir, python)
+        except (KeyError, TypeError, AttributeError) as error:
+            raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} has no launch of the {role} "
+                               f"({type(error).__name__}: {error})") from None
+    return launches
 
 
 def _file(where, value, fields=("path", "sha256")):

@@ -279,3 +279,52 @@ def test_a_bad_case_hosts_entry_is_refused_by_name_before_anything_is_written(tm
     assert str(raised.value).startswith("case_hosts."), str(raised.value)
     assert "must name the inventory host of each role (source, requester)" in str(raised.value)
     assert not (tmp_path / "run.json").exists()
+
+
+def test_case_launches_reads_each_case_of_this_host_once_with_its_role_from_the_slot(tmp_path):
+    from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import case_launches
+
+    launch = _launch(tmp_path)
+    # Two slots: this host's case, then none (an idle slot of a lane).
+    slots = [{"id": "cf", "source": "sim-a"}, None]
+    source = case_launches(str(tmp_path), slots, "sim-a", "/w/run-1", "/usr/bin/python3")
+    plan = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())
+    assert source == {"cf": case_launch(plan, "source", "sim-a", "/w/run-1", "/usr/bin/python3")}
+    requester = case_launches(str(tmp_path), slots, "sim-b", "/w/run-1", "/usr/bin/python3")
+    assert requester["cf"]["registration_id"] == "run-1-cf-requester"
+    # Every role's observer tools, whatever the runner kind (a native runner's installation is checked for them).
+    assert launch["roles"]["requester"]["tools"] == ["uverbs_fault", "accounting"]
+    assert requester["cf"]["tools"] == ["uverbs_fault", "accounting"] and source["cf"]["tools"] == [
+        "accounting", "cq_fault"]
+
+
+@pytest.mark.parametrize(("slots", "message"), [
+    ("cf", r"slots='cf': must be a list of this host's case per slot"),
+    ([{"id": "../x", "source": "sim-a"}], r"slots\[0\]=.*: must be a mapping with the case's id \(a name\)"),
+    ([None, {"id": "nope", "source": "sim-a"}], r"slots\[1\] \(case nope\): .*cases/nope/case.json cannot be read"),
+    # The schedule gives sim-c the source; the plan gives it to sim-a.
+    ([{"id": "cf", "source": "sim-c"}], r"case cf: launch\.roles\.source\.host=.sim-a.: is not this host \(sim-c\)"),
+])
+def test_case_launches_names_the_slot_and_the_rule_of_a_bad_plan(tmp_path, slots, message):
+    from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import case_launches
+
+    _launch(tmp_path)
+    with pytest.raises(RunPlanError, match=message):
+        case_launches(str(tmp_path), slots, "sim-c", "/w/run-1", "/usr/bin/python3")
+
+
+def test_the_lookup_returns_one_mapping_and_names_the_code_of_a_bad_plan(tmp_path):
+    from ansible.errors import AnsibleLookupError
+    from ansible_collections.orbite.qualification.plugins.lookup.case_launches import LookupModule
+
+    _launch(tmp_path)
+    options = {"slots": [{"id": "cf", "source": "sim-a"}], "host": "sim-a", "node_run_dir": "/w/run-1",
+               "python": "/usr/bin/python3"}
+    (found,) = LookupModule().run([str(tmp_path)], variables={}, **options)
+    assert list(found) == ["cf"] and found["cf"]["host"] == "sim-a"
+    with pytest.raises(AnsibleLookupError, match=r"^run_plan\.invalid: case cf: launch\.roles\.requester\.host="):
+        LookupModule().run([str(tmp_path)], variables={}, **dict(options, slots=[{"id": "cf", "source": "sim-b"}]))
+    with pytest.raises(AnsibleLookupError, match=r"^run_plan\.invalid: node_run_dir=None: must be a non-empty"):
+        LookupModule().run([str(tmp_path)], variables={}, **dict(options, node_run_dir=None))
+    with pytest.raises(AnsibleLookupError, match=r"case_launches: hosts: is not an option"):
+        LookupModule().run([str(tmp_path)], variables={}, hosts="sim-a", **options)
