@@ -68,7 +68,8 @@ def run(module):
                              service_addresses=params["service_addresses"], case_hosts=params["case_hosts"])
         # Beside run.json (which case ran on which lane's RNICs): written here, in-process, not by a copy task.
         if params["schedule"] and not module.check_mode:
-            atomic_write_text(os.path.join(params["run_dir"], "schedule.json"), case_schedule.render(params["schedule"]))
+            atomic_write_text(os.path.join(params["run_dir"], "schedule.json"),
+                              case_schedule.render(params["schedule"]))
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:
