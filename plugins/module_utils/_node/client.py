@@ -382,9 +382,13 @@ class SupervisorClient:
         resp.pop("ok", None)
         # The answer comes before the process has exited and let go of its run lock: wait for that,
         # so a start right after a stop never finds the run directory still held.
+        # It lets go within a millisecond or so: probe again after 0.5 ms, doubling up to 10 ms (a fixed 10 ms sleep
+        # was most of a stop's time whenever the first probe came too early).
         deadline = time.monotonic() + STOP_EXIT_WAIT_S
+        delay = 0.0005
         while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
         return resp
 
     def terminate(self, reason: str, term_grace: float = TERM_GRACE_S) -> Dict:

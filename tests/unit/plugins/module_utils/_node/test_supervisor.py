@@ -625,3 +625,31 @@ def test_bad_signal_is_refused_before_anything_is_sent(node, sig):
         client.signal(child["child_id"], child["pid"], child["start_time"], sig)
     assert alive(child["pid"]) and events(client.journal_path, "signal") == []
     client.stop(force=True)
+
+
+def test_stop_probes_the_run_lock_again_soon_after_the_answer(monkeypatch, tmp_path):
+    # Guards stop()'s wait for the answered supervisor to let go of its run lock: the first probes come within a
+    # millisecond (it lets go that fast), growing to 10 ms, and the wait still ends at STOP_EXIT_WAIT_S.
+    class Clock:
+        now = 0.0
+        sleeps = []
+
+        def monotonic(self):
+            return self.now
+
+        def sleep(self, seconds):
+            self.sleeps.append(seconds)
+            self.now += seconds
+
+    clock = Clock()
+    monkeypatch.setattr(client_mod, "time", clock)
+    probes = iter([True, True, True])
+    monkeypatch.setattr(SupervisorClient, "request", lambda self, payload, timeout=None: {"ok": True, "reason": "stop"})
+    monkeypatch.setattr(SupervisorClient, "alive", lambda self: next(probes, False))
+    assert SupervisorClient(str(tmp_path)).stop(force=True) == {"reason": "stop"}
+    assert clock.sleeps == [0.0005, 0.001, 0.002]
+    clock.sleeps.clear()
+    monkeypatch.setattr(SupervisorClient, "alive", lambda self: True)  # never lets go: bounded
+    SupervisorClient(str(tmp_path)).stop(force=True)
+    assert max(clock.sleeps) == 0.01 and client_mod.STOP_EXIT_WAIT_S <= sum(clock.sleeps) < \
+        client_mod.STOP_EXIT_WAIT_S + 0.011
