@@ -81,6 +81,7 @@ PROGRAM_MODULES = tuple(f"{_MODULE_UTILS}.{name}" for name in (
 
 
 _START_MARGIN_S = 15.0
+LAUNCHER_EXIT_S = 30.0  # how long a start waits for the launcher to exit once the ready pipe spoke
 STOP_EXIT_WAIT_S = 10.0  # how long stop() waits for an answered supervisor to exit
 # The supervisor's own environment: nothing of the module's (no LD_*, no PYTHON*).
 _SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
@@ -381,9 +382,13 @@ class SupervisorClient:
         resp.pop("ok", None)
         # The answer comes before the process has exited and let go of its run lock: wait for that,
         # so a start right after a stop never finds the run directory still held.
+        # It lets go within a millisecond or so: probe again after 0.5 ms, doubling up to 10 ms (a fixed 10 ms sleep
+        # was most of a stop's time whenever the first probe came too early).
         deadline = time.monotonic() + STOP_EXIT_WAIT_S
+        delay = 0.0005
         while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
         return resp
 
     def terminate(self, reason: str, term_grace: float = TERM_GRACE_S) -> Dict:
@@ -731,6 +736,17 @@ def _start_supervisor(
     return msg
 
 
+def _reap_launcher(first: subprocess.Popen, wait_s: float) -> None:
+    """Reap the launcher (the first process of the double fork): no zombie is left. It has exited, or is exiting,
+    once the ready pipe holds a message or is at EOF; one still running after ``wait_s`` (it never forked: a
+    start that timed out or failed waits 0 s for it) is killed, never left behind."""
+    try:
+        first.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        first.kill()
+        first.wait()
+
+
 def _spawn_and_wait(run_dir: str, cfg_path: str, main: str, python: Optional[str], window: float) -> Dict:
     read_fd, write_fd = os.pipe()
     try:
@@ -755,23 +771,30 @@ def _spawn_and_wait(run_dir: str, cfg_path: str, main: str, python: Optional[str
             os.close(log_fd)
         os.close(write_fd)
         write_fd = -1
-        first.wait(30)  # exits right after the second fork
+        # The message first, then the launcher: it exits right after the second fork (before ready is written) or
+        # after its own failure message, so it is reaped at once below. Reaping it first cost Popen.wait(timeout)'s
+        # sleeps (up to 50 ms each) on every start.
         deadline = time.monotonic() + window
         data = b""
-        while not data.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _kill_unready(run_dir)
-                raise SupervisorStartError(
-                    f"supervisor in {run_dir} did not report ready in time{_log_tail(run_dir)}",
-                    "supervisor.start_timeout", {}
-                )
-            ready = select.select([read_fd], [], [], left)[0]
-            if ready:
-                chunk = os.read(read_fd, 65536)
-                if not chunk:
-                    break
-                data += chunk
+        spoke = False  # a whole message or EOF: the launcher has exited or is exiting
+        try:
+            while not data.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _kill_unready(run_dir)
+                    raise SupervisorStartError(
+                        f"supervisor in {run_dir} did not report ready in time{_log_tail(run_dir)}",
+                        "supervisor.start_timeout", {}
+                    )
+                ready = select.select([read_fd], [], [], left)[0]
+                if ready:
+                    chunk = os.read(read_fd, 65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            spoke = True
+        finally:
+            _reap_launcher(first, LAUNCHER_EXIT_S if spoke else 0.0)
     finally:
         os.close(read_fd)
         if write_fd >= 0:

@@ -49,7 +49,10 @@ CASE_NAME = "case.json"
 ROLES = ("source", "requester")
 # The observer log format the gate gives the preloaded observers, and the file name saying it.
 OBSERVER_LOG_SUFFIXES = {"binary": ".bin", "json": ".jsonl"}
-READY_POLL_S = 0.02
+READY_POLL_S = 0.02  # how often a wait for ready.json asks the supervisor whether the source exited
+RESTART_POLL_S = 0.1  # the same, for restart-point.json (a wait of seconds)
+# How often those waits read their file: a poll is a failed open (~10 us), and its period is the wait's slack.
+FILE_POLL_S = 0.01
 # ready.json is a small object (pid, service address, ...): anything larger is not a ready file.
 READY_MAX_BYTES = 64 * 1024
 
@@ -284,21 +287,30 @@ def wait_ready(client, child, output_dir, timeout):
                       f"it is still running as pid {child['pid']}")
 
 
-def _await_json(client, child_id, path, deadline, poll_s, between=None):
-    """Poll path (read_ready) for a runner's JSON object. Return (object, None) once written, (None, state)
-    when the child exited first, (None, None) past the deadline; between() runs before each sleep."""
+def _await_json(client, child_id, path, deadline, check_s, between=None):
+    """Poll path (read_ready) for a runner's JSON object every FILE_POLL_S, and ask the supervisor whether the child
+    exited every ``check_s`` and past the deadline. Return (object, None) once written, (None, state) when the child
+    exited first, (None, None) past the deadline; between() runs before each sleep.
+
+    A read of the file costs ~10 us, the supervisor's round trip ~40 times that (client and supervisor): the file
+    is read often (its wait is on a case's path), the supervisor asked no more often than before."""
+    next_check = 0.0
     while True:
         found = read_ready(path)
         if found is not None:
             return found, None
-        state = client.wait(child_id, timeout=0)
-        if not state["timed_out"]:
-            return None, state
-        if time.monotonic() > deadline:
-            return None, None
+        now = time.monotonic()
+        if now >= next_check or now > deadline:
+            state = client.wait(child_id, timeout=0)
+            if not state["timed_out"]:
+                return None, state
+            now = time.monotonic()
+            if now > deadline:
+                return None, None
+            next_check = now + check_s
         if between is not None:
             between()
-        time.sleep(poll_s)
+        time.sleep(FILE_POLL_S)
 
 
 def _wait_renewing(client, child_id, seconds):
@@ -356,7 +368,7 @@ def wait_restart_point(params):
                 client.renew()
                 renewed = now
 
-        point, state = _await_json(client, params["child_id"], path, deadline, READY_POLL_S * 5, renew_by_lease)
+        point, state = _await_json(client, params["child_id"], path, deadline, RESTART_POLL_S, renew_by_lease)
         if point is not None:
             if point.get("pid") != params["pid"]:
                 raise RunnerError("runner.restart_point_mismatch", f"{path}: written by pid {quote(point.get('pid'))}, "

@@ -15,6 +15,7 @@ from datetime import datetime
 
 import pytest
 from helpers.node_root import BOOT, SLEEPER, alive, events, journal, make_root, wait_dead
+from ansible_collections.orbite.qualification.plugins.module_utils._node import client as client_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as rnic_lock
 from ansible_collections.orbite.qualification.plugins.module_utils._node.client import (
     SupervisorAlreadyRunning,
@@ -496,6 +497,79 @@ def test_supervisor_that_dies_before_ready_is_reported(node):
     assert node.free("mlx5_0")
 
 
+# A stand-in for the interpreter that runs the supervisor program: it writes one message on the ready pipe and exits
+# only once the starter has read it (the pipe is empty again), as a launcher that is slow to exit would; "hang"
+# writes nothing and never exits. Its pid goes to the file named by ORBITE_TEST_LAUNCHER_PID (next to the script).
+FAKE_LAUNCHER = """#!{python}
+import fcntl, json, os, struct, sys, termios, time
+with open(os.path.join(os.path.dirname(sys.argv[0]), "launcher.pid"), "w") as handle:
+    handle.write(str(os.getpid()))
+args = sys.argv[1:]
+with open(args[args.index("--config") + 1]) as handle:
+    cfg = json.load(handle)
+fd = int(args[args.index("--ready-fd") + 1])
+kind = {kind!r}
+if kind == "hang":
+    time.sleep(120)
+if kind == "ready":
+    msg = {{"ok": True, "run_id": cfg["run_id"], "locks": [{{"rnic": r}} for r in cfg["locks"]]}}
+else:
+    msg = {{"ok": False, "error": "supervisor.bad_request", "msg": "the launcher's own check failed"}}
+os.write(fd, (json.dumps(msg) + "\\n").encode())
+# A starter that waits for this process before it reads the pipe never lets it go: after a bound, it spoils
+# the message with a second line instead (so such a starter fails instead of hanging).
+deadline = time.monotonic() + 20
+while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\\0" * 4))[0]:
+    if time.monotonic() >= deadline:
+        os.write(fd, b"late\\n")
+        break
+    time.sleep(0.01)
+sys.exit(0 if kind == "ready" else 2)
+"""
+
+
+def _fake_launcher(tmp_path, kind):
+    path = tmp_path / "launcher" / "python"
+    path.parent.mkdir()
+    path.write_text(FAKE_LAUNCHER.format(python=sys.executable, kind=kind))
+    path.chmod(0o755)
+    return str(path), path.parent / "launcher.pid"
+
+
+def _reaped(pid_file):
+    """True once the launcher is gone, zombie included: the starter reaped it."""
+    return not os.path.exists(f"/proc/{int(pid_file.read_text())}")
+
+
+def test_ready_is_read_before_the_launcher_exits(node, tmp_path):
+    # Guards _spawn_and_wait's order: the ready message is read first, then the launcher is reaped (it used to be
+    # reaped first, which cost Popen.wait's polling sleeps on every start).
+    python, pid_file = _fake_launcher(tmp_path, "ready")
+    ready, _client = node.start(python=python)
+    assert ready["ok"] is True and ready["run_id"] == "run-1"
+    assert _reaped(pid_file)
+
+
+def test_a_launcher_that_fails_its_own_check_gives_its_error(node, tmp_path):
+    # Guards the same order on the failure path: the launcher's message (the supervisor's check of its
+    # configuration, before the fork) is the error, and the launcher is reaped.
+    python, pid_file = _fake_launcher(tmp_path, "fail")
+    with pytest.raises(SupervisorStartError) as caught:
+        node.start(python=python)
+    assert caught.value.code == "supervisor.bad_request" and "own check failed" in str(caught.value)
+    assert _reaped(pid_file) and node.free("mlx5_0")
+
+
+def test_a_launcher_that_never_reports_is_killed_at_the_start_timeout(node, tmp_path, monkeypatch):
+    # Guards _reap_launcher: a launcher still running when the start window ends is killed and reaped.
+    monkeypatch.setattr(client_mod, "_START_MARGIN_S", 1.0)
+    python, pid_file = _fake_launcher(tmp_path, "hang")
+    with pytest.raises(SupervisorStartError) as caught:
+        node.start(python=python, lock_timeout=0)
+    assert caught.value.code == "supervisor.start_timeout"
+    assert _reaped(pid_file)
+
+
 def _connect_as(uid, dir_fd, out_w):
     """Child: become uid, connect through the inherited run-dir fd, report the answer."""
     import ctypes
@@ -551,3 +625,31 @@ def test_bad_signal_is_refused_before_anything_is_sent(node, sig):
         client.signal(child["child_id"], child["pid"], child["start_time"], sig)
     assert alive(child["pid"]) and events(client.journal_path, "signal") == []
     client.stop(force=True)
+
+
+def test_stop_probes_the_run_lock_again_soon_after_the_answer(monkeypatch, tmp_path):
+    # Guards stop()'s wait for the answered supervisor to let go of its run lock: the first probes come within a
+    # millisecond (it lets go that fast), growing to 10 ms, and the wait still ends at STOP_EXIT_WAIT_S.
+    class Clock:
+        now = 0.0
+        sleeps = []
+
+        def monotonic(self):
+            return self.now
+
+        def sleep(self, seconds):
+            self.sleeps.append(seconds)
+            self.now += seconds
+
+    clock = Clock()
+    monkeypatch.setattr(client_mod, "time", clock)
+    probes = iter([True, True, True])
+    monkeypatch.setattr(SupervisorClient, "request", lambda self, payload, timeout=None: {"ok": True, "reason": "stop"})
+    monkeypatch.setattr(SupervisorClient, "alive", lambda self: next(probes, False))
+    assert SupervisorClient(str(tmp_path)).stop(force=True) == {"reason": "stop"}
+    assert clock.sleeps == [0.0005, 0.001, 0.002]
+    clock.sleeps.clear()
+    monkeypatch.setattr(SupervisorClient, "alive", lambda self: True)  # never lets go: bounded
+    SupervisorClient(str(tmp_path)).stop(force=True)
+    assert max(clock.sleeps) == 0.01 and client_mod.STOP_EXIT_WAIT_S <= sum(clock.sleeps) < \
+        client_mod.STOP_EXIT_WAIT_S + 0.011
