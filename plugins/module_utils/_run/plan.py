@@ -290,7 +290,13 @@ def launch_entries(run_id, case, defects, runner_kind, artifacts, seconds=None, 
             # runner's installation is checked for them, once per run: roles/runner/tasks/prepare.yml).
             "tools": tools,
             "generations": _role_generations(case, role, relay)}
-    flow = "restart" if case["profile"].get("mode") in RESTART_MODES else "single"
+    # The runner role's task file for the case (roles/runner/tasks/main.yml): a restart-roles mode's generations; one
+    # generation of both runners, with the discovery inventories around it when the profile asks for them (the
+    # profile rules allow discovery: auto in single-generation modes only), so no other case has a task for them.
+    if case["profile"].get("mode") in RESTART_MODES:
+        flow = "restart"
+    else:
+        flow = "discovery" if case["profile"].get("discovery") == "auto" else "single"
     return {"supervisor_run_id": ids["supervisor_run_id"], "flow": flow, "seconds": seconds, "roles": roles}
 
 

@@ -202,6 +202,9 @@ def test_discovery_auto_pins_no_rails_and_lists_exactly_the_locked_rnics_both_wa
                                    "discovery": "auto"})
     assert launch["roles"]["source"]["rails_arguments"] == {
         "discovery": {"whitelist": ["mlx5_0", "mlx5_1"], "blacklist": ["mlx5_0", "mlx5_1"]}}
+    # Its own flow: the runner role's task file with the discovery inventories around the runners (no other case
+    # has a task for them).
+    assert launch["flow"] == "discovery"
 
 
 def test_a_restart_generation_differs_only_by_its_plan_entries(tmp_path):
