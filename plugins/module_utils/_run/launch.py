@@ -290,7 +290,7 @@ def wait_ready(client, child, output_dir, timeout):
 def _await_json(client, child_id, path, deadline, check_s, between=None):
     """Poll path (read_ready) for a runner's JSON object every FILE_POLL_S, and ask the supervisor whether the child
     exited every ``check_s`` and past the deadline. Return (object, None) once written, (None, state) when the child
-    exited first, (None, None) past the deadline; between() runs before each sleep.
+    exited without writing it, (None, None) past the deadline; between() runs before each sleep.
 
     A read of the file costs ~10 us, the supervisor's round trip ~40 times that (client and supervisor): the file
     is read often (its wait is on a case's path), the supervisor asked no more often than before."""
@@ -303,7 +303,9 @@ def _await_json(client, child_id, path, deadline, check_s, between=None):
         if now >= next_check or now > deadline:
             state = client.wait(child_id, timeout=0)
             if not state["timed_out"]:
-                return None, state
+                # It may have written the file and exited since the read above: the file then counts.
+                found = read_ready(path)
+                return (found, None) if found is not None else (None, state)
             now = time.monotonic()
             if now > deadline:
                 return None, None

@@ -120,3 +120,29 @@ def test_a_timeout_is_reported_only_after_the_supervisor_was_asked_past_the_dead
                                    "child_id": "c1", "pid": 42, "timeout": 1.05})
     assert caught.value.code == "runner.timeout"
     assert asked[-1] > 1.05 and asked[-1] - asked[-2] <= launch.RESTART_POLL_S + 1e-9
+
+
+@pytest.mark.parametrize("which", ["ready", "restart"])
+def test_a_file_written_just_before_the_child_exits_is_still_found(monkeypatch, clock, tmp_path, which):
+    # The runner writes its file and exits between the wait's read of the file and its question to the supervisor:
+    # the supervisor says exited, and the file (complete) is the answer, not "exited before ready".
+    written = []
+    supervisor = FakeSupervisor(clock, exit_at=WRITTEN_AT)
+    real_wait = supervisor.wait
+
+    def wait(child_id, timeout=0.0):
+        state = real_wait(child_id, timeout)
+        if not state["timed_out"]:
+            written.append(clock.now)  # written, then exited, since the last read
+        return state
+
+    supervisor.wait = wait
+    monkeypatch.setattr(launch, "SupervisorClient", supervisor)
+    monkeypatch.setattr(launch, "read_ready", lambda path: {"pid": 42} if written else None)
+    if which == "ready":
+        assert launch.wait_ready(supervisor, {"child_id": "c1", "pid": 42}, str(tmp_path), 10) == {"pid": 42}
+    else:
+        result = launch.wait_restart_point({"supervisor_run_dir": str(tmp_path), "output_dir": str(tmp_path),
+                                            "child_id": "c1", "pid": 42, "timeout": 10})
+        assert result == {"changed": False, "restart_point": {"pid": 42}}
+    assert written
