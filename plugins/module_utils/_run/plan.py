@@ -324,8 +324,9 @@ def node_launch(entry, node_run_dir, python):
 def case_launch(case_plan, role, host, node_run_dir, python):
     """This node's launch from a case's ``case.json`` document: ``role``'s entry put under ``node_run_dir``
     (``node_launch``) with the case's supervisor run ID, flow and seconds beside it (the runner role reads every
-    case's once per run: ``case_launches``, its prepare entry point). The plan names the inventory host of each role (the schedule's lane host): a
-    ``host`` other than that one means the schedule and the run plan disagree, refused by name."""
+    case's once per run: ``case_launches``, its prepare entry point). The plan names the inventory host of each
+    role (the schedule's lane host): a ``host`` other than that one means the schedule and the run plan disagree,
+    refused by name."""
     launch, case_id = case_plan["launch"], case_plan.get("case_id")
     entry = launch["roles"][role]
     if entry["host"] != host:
