@@ -2408,13 +2408,15 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				}
 				return 0;
 			}
+			/* Acknowledged before the receive completes (as a SEND below). */
+			rc = send_resp(fd, R_ACK, &r, 0);
 			if (r.op == OP_WRITE_IMM) {
 				pthread_mutex_lock(&q->lock);
 				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.len, IBV_WC_WITH_IMM,
 					      r.imm, r.flags & REQ_SOLICITED);
 				pthread_mutex_unlock(&q->lock);
 			}
-			if (send_resp(fd, R_ACK, &r, 0))
+			if (rc)
 				return 0;
 			break;
 		}
@@ -2425,7 +2427,7 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 			struct ibv_sge rs[32];
 			struct memref mem[32];
 			uint64_t cap = 0;
-			int i, bad = 0;
+			int i, bad = 0, acked;
 
 			if (take_recv(q, rnr_retry, &rw, rs)) {
 				if (discard(fd, r.len) == 0)
@@ -2462,6 +2464,10 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				send_resp(fd, R_NAK_INV_REQ, &r, 0);
 				return 1;
 			}
+			/* Acknowledged as soon as it landed, before its receive completes, as
+			 * an HCA acks on receipt: an engine that tears its QP down on its last
+			 * receive completion must not take the requester's ACK with it. */
+			acked = !rc && send_resp(fd, R_ACK, &r, 0) == 0;
 			pthread_mutex_lock(&q->lock);
 			if (rc)
 				complete_recv(q, &rw, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
@@ -2469,7 +2475,7 @@ static int serve(struct pqp *q, int fd, int rnr_retry)
 				complete_recv(q, &rw, IBV_WC_SUCCESS, IBV_WC_RECV, r.len, recv_flags(r.op),
 					      r.op == OP_SEND_INV ? r.rkey : r.imm, r.flags & REQ_SOLICITED);
 			pthread_mutex_unlock(&q->lock);
-			if (rc || send_resp(fd, R_ACK, &r, 0))
+			if (!acked)
 				return 0;
 			break;
 		}
