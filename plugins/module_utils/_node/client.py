@@ -31,6 +31,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._common impor
 from ansible_collections.orbite.qualification.plugins.module_utils._common.bytecode import checked_pyc
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, quote
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import private_dir, read_regular_bytes
+from ansible_collections.orbite.qualification.plugins.module_utils._common.waits import backoff
 from ansible_collections.orbite.qualification.plugins.module_utils._node import locks as _lock_mod
 from ansible_collections.orbite.qualification.plugins.module_utils._node.locks import (
     LockInputError,
@@ -382,13 +383,11 @@ class SupervisorClient:
         resp.pop("ok", None)
         # The answer comes before the process has exited and let go of its run lock: wait for that,
         # so a start right after a stop never finds the run directory still held.
-        # It lets go within a millisecond or so: probe again after 0.5 ms, doubling up to 10 ms (a fixed 10 ms sleep
-        # was most of a stop's time whenever the first probe came too early).
+        # It lets go within a millisecond or so: probe again after 0.5 ms, doubling up to 10 ms.
         deadline = time.monotonic() + STOP_EXIT_WAIT_S
-        delay = 0.0005
+        sleeps = backoff(0.0005, 0.01)
         while self.alive() and time.monotonic() < deadline:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.01)
+            time.sleep(next(sleeps))
         return resp
 
     def terminate(self, reason: str, term_grace: float = TERM_GRACE_S) -> Dict:

@@ -240,8 +240,12 @@ def wait_held(state_dir, held, timeout, poll_s=0.05):
     deadline = time.monotonic() + timeout
     ready = read_ready(state_dir)
     # The grant is mostly held already, or comes within milliseconds: ask again after 1 ms, doubling up to poll_s
-    # (a status round trip costs ~0.17 ms of CPU, client and relay; a first sleep of poll_s was most of the wait).
-    delay = min(0.001, poll_s)
+    # (a status round trip costs ~0.17 ms of CPU, client and relay).
+    from ansible_collections.orbite.qualification.plugins.module_utils._common.waits import (  # noqa: PLC0415
+        backoff,  # the module's side only: this file also runs alone as the relay program
+    )
+
+    sleeps = backoff(0.001, poll_s)
     while True:
         if not running(ready):
             raise RelayError(f"no relay runs in {state_dir}")
@@ -251,19 +255,21 @@ def wait_held(state_dir, held, timeout, poll_s=0.05):
         if time.monotonic() > deadline:
             raise RelayError(f"the relay held {status.get('held', 0)} grant(s), {held} expected within {timeout:g} s "
                              f"(forwarded {status.get('forwarded')}, leaked {status.get('leaked')})")
-        time.sleep(delay)
-        delay = min(delay * 2, poll_s)
+        time.sleep(next(sleeps))
 
 
 def _await_gone(ready, timeout, poll_s=0.02):
     """Wait up to ``timeout`` until the relay of ``ready`` is gone (stopped or killed). It ends within a few
-    milliseconds: probe again after 0.5 ms, doubling up to ``poll_s`` (a fixed first sleep of 20 ms was most of a
-    stop's time; a probe reads /proc/<pid>/stat, ~20 us of CPU)."""
+    milliseconds: probe again after 0.5 ms, doubling up to ``poll_s`` (a probe reads /proc/<pid>/stat, ~20 us of
+    CPU)."""
+    from ansible_collections.orbite.qualification.plugins.module_utils._common.waits import (  # noqa: PLC0415
+        backoff,  # the module's side only: this file also runs alone as the relay program
+    )
+
     deadline = time.monotonic() + timeout
-    delay = 0.0005
+    sleeps = backoff(0.0005, poll_s)
     while running(ready) and time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 2, poll_s)
+        time.sleep(next(sleeps))
 
 
 def stop_relay(state_dir, timeout=STOP_WAIT_S):
