@@ -3,13 +3,10 @@
 """The fleet_plan module's job: plan a fleet's pairs and waves, write each named pair's run plan and the
 fleet plan (plugins/modules/fleet_plan.py)."""
 
-import os
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import OrbiteError, fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet import run as fleet_run
 from ansible_collections.orbite.qualification.plugins.module_utils._fleet.plan import plan_fleet
-from ansible_collections.orbite.qualification.plugins.module_utils._run import schedule as case_schedule
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import RunPlanError, write_plan
 
 
@@ -47,11 +44,7 @@ def run(module):
                        runner_kind=params["runner_kind"], defects=params["defects"],
                        artifacts=given.get("artifacts") or None, timeouts=params["timeouts"],
                        rails=params["rails"], service_addresses=params["service_addresses"],
-                       case_hosts=given.get("case_hosts") or None)
-            # Beside run.json, as a single pair's preflight writes it (which case ran on which lane's RNICs).
-            if given.get("schedule"):
-                atomic_write_text(os.path.join(pair["run_dir"], "schedule.json"),
-                                  case_schedule.render(given["schedule"]))
+                       case_hosts=given.get("case_hosts") or None, schedule=given.get("schedule"))
         pair = None
         out, doc = fleet_run.start(params["fleet_dir"], plan, params["cases"], params["slice"] or None,
                                    check_mode=module.check_mode)

@@ -5,8 +5,6 @@
 import os
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.errors import fail_from
-from ansible_collections.orbite.qualification.plugins.module_utils._common.files import atomic_write_text
-from ansible_collections.orbite.qualification.plugins.module_utils._run import schedule as case_schedule
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import (
     RunPlanError,
     case_ids,
@@ -65,11 +63,8 @@ def run(module):
                              allow_dirty=params["allow_dirty"], runner_kind=params["runner_kind"],
                              defects=defects, artifacts=params["artifacts"], origin=params["origin"],
                              timeouts=params["timeouts"], rails=params["rails"],
-                             service_addresses=params["service_addresses"], case_hosts=params["case_hosts"])
-        # Beside run.json (which case ran on which lane's RNICs): written here, in-process, not by a copy task.
-        if params["schedule"] and not module.check_mode:
-            atomic_write_text(os.path.join(params["run_dir"], "schedule.json"),
-                              case_schedule.render(params["schedule"]))
+                             service_addresses=params["service_addresses"], case_hosts=params["case_hosts"],
+                             schedule=params["schedule"])
     except RunPlanError as error:
         fail_from(module, error)
     except OSError as error:

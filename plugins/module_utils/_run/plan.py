@@ -24,6 +24,7 @@ import os
 
 from ansible_collections.orbite.qualification.plugins.module_utils._common.files import (
     atomic_write_json,
+    atomic_write_text,
     makedirs_private,
     read_regular_bytes,
 )
@@ -36,6 +37,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.protoco
     number_in_range,
 )
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
+from ansible_collections.orbite.qualification.plugins.module_utils._run import schedule as case_schedule
 
 RUN_SCHEMA = ("orbite.run", 1)
 CASE_SCHEMA = ("orbite.case", 1)
@@ -503,8 +505,9 @@ def plan_documents(run_id, cases, allow_dirty=False, runner_kind="sim", defects=
     return run, per_case
 
 
-def write_plan(run_dir, run_id, cases, check_mode=False, **options):
-    """Write the plan; returns changed. Refuses a directory holding another run's plan."""
+def write_plan(run_dir, run_id, cases, check_mode=False, schedule=None, **options):
+    """Write the plan; returns changed. Refuses a directory holding another run's plan. ``schedule`` (the case
+    schedule, when given) is written beside run.json as schedule.json: which case ran on which lane's RNICs."""
     run, per_case = plan_documents(run_id, cases, **options)
     run_json = os.path.join(run_dir, "run.json")
     if os.path.lexists(run_json):
@@ -523,6 +526,8 @@ def write_plan(run_dir, run_id, cases, check_mode=False, **options):
     if check_mode:
         return True
     makedirs_private(run_dir)
+    if schedule:
+        atomic_write_text(os.path.join(run_dir, "schedule.json"), case_schedule.render(schedule))
     for case_id, case in per_case.items():
         case_dir = os.path.join(run_dir, "cases", case_id)
         makedirs_private(case_dir)
