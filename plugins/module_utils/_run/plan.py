@@ -356,10 +356,9 @@ def case_launches(run_dir, slots, host, node_run_dir, python):
             raise RunPlanError(f"slots[{index}]={quote(slot)}: must be a mapping with the case's id (a name) and its "
                                "source host")
         path = os.path.join(run_dir, "cases", slot["id"], "case.json")
-        try:
-            document = json.loads(read_regular_bytes(path, PLAN_READ_LIMIT).decode("utf-8"))
-        except (OSError, ValueError, RecursionError, OrbiteError) as error:
-            raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} cannot be read ({error})") from None
+        document = _read_json(path, PLAN_READ_LIMIT, f"slots[{index}] (case {slot['id']}): {path} cannot be read")
+        if document is None:
+            raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} cannot be read (no such file)")
         if not isinstance(document, dict) or not isinstance(document.get("launch"), dict):
             raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} holds no launch plan")
         role = "source" if slot["source"] == host else "requester"
@@ -511,10 +510,7 @@ def write_plan(run_dir, run_id, cases, check_mode=False, schedule=None, **option
     run, per_case = plan_documents(run_id, cases, **options)
     run_json = os.path.join(run_dir, "run.json")
     if os.path.lexists(run_json):
-        try:
-            existing = json.loads(read_regular_bytes(run_json, PLAN_READ_LIMIT).decode("utf-8"))
-        except (OSError, ValueError, RecursionError, OrbiteError) as error:
-            raise RunPlanError(f"run_dir={run_dir}: run.json exists but cannot be read ({error})") from None
+        existing = _read_json(run_json, PLAN_READ_LIMIT, f"run_dir={run_dir}: run.json exists but cannot be read")
         if not isinstance(existing, dict):
             raise RunPlanError(f"run_dir={run_dir}: run.json holds {quote(existing)}, not a run plan; "
                                "receipts of two runs must never mix")
@@ -539,13 +535,15 @@ def write_plan(run_dir, run_id, cases, check_mode=False, schedule=None, **option
 VERDICT_READ_LIMIT = 256 << 20  # a verdict of many cases with every finding's text
 
 
-def _read_json(path, limit, what):
+def _read_json(path, limit, problem):
+    """The JSON document of ``path`` (read within ``limit`` bytes), None when there is no such file; else
+    RunPlanError "<problem> (<why>)". The plan's one reader of its own and an earlier run's files."""
     try:
         return json.loads(read_regular_bytes(path, limit).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError, OrbiteError) as error:
-        raise RunPlanError(f"rerun_from: {path}: the {what} cannot be read ({error})") from None
+        raise RunPlanError(f"{problem} ({error})") from None
 
 
 def rerun_origin(run_dir, verdict=None):
@@ -561,7 +559,8 @@ def rerun_origin(run_dir, verdict=None):
     run_dir = os.path.normpath(run_dir) if isinstance(run_dir, str) else run_dir
     if not (isinstance(run_dir, str) and run_dir.startswith("/")):
         raise RunPlanError(f"rerun_from={quote(run_dir)}: must be an absolute run directory")
-    plan = _read_json(os.path.join(run_dir, "run.json"), PLAN_READ_LIMIT, "plan (run.json)")
+    plan_path = os.path.join(run_dir, "run.json")
+    plan = _read_json(plan_path, PLAN_READ_LIMIT, f"rerun_from: {plan_path}: the plan (run.json) cannot be read")
     if not isinstance(plan, dict) or plan.get("schema") != RUN_SCHEMA[0] or not names.is_name(plan.get("run_id")):
         raise RunPlanError(f"rerun_from={run_dir}: holds no run plan (run.json of schema {RUN_SCHEMA[0]})")
     planned, profiles = plan.get("cases"), plan.get("profiles")
@@ -570,7 +569,9 @@ def rerun_origin(run_dir, verdict=None):
         raise RunPlanError(f"rerun_from={run_dir}: run.json cases={quote(planned)}: each must be a case ID with its "
                            "profile in profiles")
     if verdict is None:
-        verdict = _read_json(os.path.join(run_dir, "verdict.json"), VERDICT_READ_LIMIT, "verdict (verdict.json)")
+        verdict_path = os.path.join(run_dir, "verdict.json")
+        verdict = _read_json(verdict_path, VERDICT_READ_LIMIT,
+                             f"rerun_from: {verdict_path}: the verdict (verdict.json) cannot be read")
     passed = set()
     if isinstance(verdict, dict) and verdict.get("run_id") == plan["run_id"]:
         passed = {c.get("case") for c in verdict.get("cases") or []
