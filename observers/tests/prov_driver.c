@@ -9,13 +9,14 @@
  *   prov_driver client <rendezvous> <device> <scenario> [arg]
  *
  * Scenarios: rw, errors, sqfull, events, ebusy, destroy <kind>, partial,
- * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq,
+ * partial_env, partial_pace, observe, mw, ext_cq, ext_post, atomics, srq, teardown,
  * handshake <silent|trickle|destroy|overflow|rogue_responder> <the server's hello deadline, ms>, and
  * bench <READ|WRITE> <message bytes> <total bytes> <WRs in flight> <spin|sleep|events> <span>
  * (how the program waits for completions: busy polling, polling with a
  * 50 us sleep when the CQ is empty, or the completion channel; messages
  * cycle through <span> bytes of both buffers). */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 
@@ -32,6 +33,7 @@
 enum cmd {
 	C_HELLO = 1, C_NEWQP, C_FILL, C_SENT, C_CHECK, C_CHECKPART, C_QPSTATE, C_POSTRECV,
 	C_POLL, C_MW, C_INV, C_COUNTERS, C_HELD, C_DESTROYQP, C_PAYLOAD, C_BYE,
+	C_DELAYSENDS, C_RECVTEARDOWN,
 };
 
 struct msg {
@@ -44,6 +46,30 @@ struct reply {
 	int64_t v[8];
 	uint8_t gid[16];
 };
+
+/* The teardown scenario widens one race on purpose: while delay_sends_ms is
+ * set, every send() of this process on a TCP socket (the provider's
+ * responder answering, never the rendezvous' Unix socket) waits that long
+ * first.  An ACK sent only after the receive completed then finds its QP
+ * destroyed and is lost; one sent before the receive completes gets through.
+ * The executable's send() comes before libc's (and a sanitizer's) for the
+ * provider library, which calls it through its PLT. */
+static int delay_sends_ms;
+
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	static ssize_t (*next)(int, const void *, size_t, int);
+	int ms = __atomic_load_n(&delay_sends_ms, __ATOMIC_ACQUIRE);
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+
+	if (!next)
+		next = (ssize_t (*)(int, const void *, size_t, int))dlsym(RTLD_NEXT, "send");
+	if (ms > 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+	    (sa.ss_family == AF_INET || sa.ss_family == AF_INET6))
+		usleep((useconds_t)ms * 1000u);
+	return next(fd, buf, len, flags);
+}
 
 static const char *const held_kinds[] = { "ctx", "pd", "mr", "mw", "cq", "channel", "qp" };
 
@@ -265,6 +291,20 @@ static void server(const char *path, const char *dev)
 		case C_DESTROYQP:
 			r.v[0] = ibv_destroy_qp(S.qp[m.idx]);
 			S.qp[m.idx] = NULL;
+			break;
+		case C_DELAYSENDS:
+			__atomic_store_n(&delay_sends_ms, (int)m.a, __ATOMIC_RELEASE);
+			break;
+		case C_RECVTEARDOWN:
+			/* An engine that tears its QP down the moment its last receive
+			 * completes (ibv_srq_pingpong's server does). */
+			memset(&wc, 0, sizeof(wc));
+			r.v[0] = server_poll(&wc, (int)m.a);
+			r.v[1] = wc.status;
+			r.v[2] = wc.opcode;
+			r.v[3] = ibv_destroy_qp(S.qp[m.idx]);
+			S.qp[m.idx] = NULL;
+			__atomic_store_n(&delay_sends_ms, 0, __ATOMIC_RELEASE);
 			break;
 		case C_BYE:
 			for (i = 0; i < S.nmw; i++)
@@ -2412,6 +2452,49 @@ static void sc_srq(void)
 	}
 }
 
+/* ------------------------------------------------------------ teardown -- */
+
+/* The responder's QP destroyed at once on its receive completion, its
+ * responses held back meanwhile: the requester's SEND and WRITE_WITH_IMM
+ * must still complete with success (the ACK left before the receive
+ * completed, as an HCA acks on receipt), not retry exceeded. */
+static void teardown1(const char *what, enum ibv_wr_opcode op)
+{
+	struct pair p = pair_new(16, RW);
+	struct ibv_sge sge = { (uintptr_t)C.buf, 64, C.mr->lkey };
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+	struct reply got;
+	struct msg m;
+
+	CHECK(call(C_POSTRECV, p.sidx, 1 << 20, 64, 1).v[0] == 0);
+	call(C_DELAYSENDS, 0, 300, 0, 0);
+	wr_one(&wr, &sge, 0x70, op, IBV_SEND_SIGNALED);
+	if (op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+		wr.imm_data = htonl(0x1234);
+		wr.wr.rdma.remote_addr = C.raddr + (2u << 20);
+		wr.wr.rdma.rkey = C.rkey;
+	}
+	CHECK(ibv_post_send(p.qp, &wr, &bad) == 0);
+	memset(&m, 0, sizeof(m));
+	m.cmd = C_RECVTEARDOWN;
+	m.idx = p.sidx;
+	m.a = 5000;
+	rv_send(C.fd, &m, sizeof(m));
+	CHECK(rv_recv(C.fd, &got, sizeof(got)) == 0);
+	CHECK(poll1(C.e.cq, &wc, 60000) && wc.wr_id == 0x70);
+	out("{\"op\":\"teardown\",\"wr\":\"%s\",\"status\":%d,\"recv_polled\":%lld,\"recv_status\":%lld,"
+	    "\"recv_opcode\":%lld,\"destroy\":%lld}",
+	    what, wc.status, (long long)got.v[0], (long long)got.v[1], (long long)got.v[2], (long long)got.v[3]);
+	CHECK(ibv_destroy_qp(p.qp) == 0);
+}
+
+static void sc_teardown(void)
+{
+	teardown1("SEND", IBV_WR_SEND);
+	teardown1("RDMA_WRITE_WITH_IMM", IBV_WR_RDMA_WRITE_WITH_IMM);
+}
+
 static void sc_bench(char **argv)
 {
 	int read = !strcmp(argv[0], "READ");
@@ -2527,6 +2610,8 @@ int main(int argc, char **argv)
 		sc_mw();
 	else if (!strcmp(sc, "srq"))
 		sc_srq();
+	else if (!strcmp(sc, "teardown"))
+		sc_teardown();
 	else if (!strcmp(sc, "atomics"))
 		sc_atomics();
 	else if (!strcmp(sc, "ext_post"))

@@ -699,6 +699,25 @@ def test_shared_receive_queue(build, hosts, tmp_path):
     }
 
 
+def test_a_responder_destroying_its_qp_on_its_receive_completion_does_not_lose_the_ack(build, hosts, tmp_path):
+    # The responder's QP is destroyed the moment its receive completes, while the driver holds every TCP
+    # send of the responder's process back 300 ms (prov_driver.c, teardown): an ACK sent only after the receive
+    # completed is lost with its QP and the requester retries until RETRY_EXC_ERR (the provider before 8527141
+    # did that: ibv_srq_pingpong's "transport retry counter exceeded"); one sent on receipt gets through.
+    pair = run_pair(build, hosts, tmp_path, "teardown")
+    recv_opcodes = {"SEND": 128, "RDMA_WRITE_WITH_IMM": 129}  # IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM
+    for wr, opcode in recv_opcodes.items():
+        assert pair.one("teardown", wr=wr) == {
+            "op": "teardown",
+            "wr": wr,
+            "status": SUCCESS,
+            "recv_polled": 1,
+            "recv_status": SUCCESS,
+            "recv_opcode": opcode,
+            "destroy": 0,
+        }
+
+
 # ------------------------------------------------------------ destroy, EBUSY --
 
 
