@@ -148,6 +148,40 @@ def test_a_held_rnic_lock_fails_the_case_by_name_and_leaves_nothing_held(repo_ro
     assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
 
 
+def test_a_source_that_did_not_start_in_case_2_leaves_its_requester_no_peer_of_case_1(repo_root, ansible_env, lab,
+                                                                                        tmp_path):
+    """Case 2's source node fails before its runner starts (its RNIC lock is taken once case 1's receipts are
+    fetched): the requester of case 2 must not be pointed at case 1's source, whose start result its node still
+    holds. Its start fails naming the missing peer address, and no runner starts there."""
+    runs = tmp_path / "runs"
+    run_id = f"stale-{os.getpid()}-{int(time.time())}"  # the lab is shared with the other tests' runs
+    case_1_fetched = runs / run_id / "cases" / "read-polling" / "source" / "journal.jsonl"
+    lock = Path(lab) / "sim-a" / "run" / "orbite" / "locks" / "mlx5_1.lock"
+    play = gate.run_gate(repo_root, ansible_env, lab, runs, "rail_accounting.yml",
+                         {"orbite_run_id": run_id, "orbite_lock_timeout": "1"}, start_new_session=True)
+    try:
+        while not case_1_fetched.exists() and play.poll() is None:
+            time.sleep(0.005)
+        with open(lock, "a+") as handle:  # another owner takes sim-a's mlx5_1 before case 2's supervisor
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            play.wait(timeout=600)
+    finally:
+        if play.poll() is None:
+            play.kill()
+            play.wait()
+    assert play.returncode != 0
+    verdict, run_dir = gate.verdict(runs)
+    case_1, case_2 = verdict["cases"]
+    assert case_1["verdict"] == "PASS"
+    findings = [f for f in case_2["findings"] if f["code"] == "case.node_failure"]
+    assert any("source on sim-a" in f["message"] and "mlx5_1" in f["message"] for f in findings), findings
+    assert any("requester on sim-b" in f["message"] and "peer_address" in f["message"] for f in findings), findings
+    journal = [json.loads(line) for line in (run_dir / "cases" / "write-events" / "requester" / "journal.jsonl")
+               .read_text().splitlines()]
+    assert not [e for e in journal if e["ev"] == "child_start"]
+    assert gate.locks_free(lab) and not gate.supervisor_pids(lab)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a tmpfs)")
 def test_a_full_output_disk_in_case_2_leaves_a_fail_never_a_pass(repo_root, ansible_env, lab, tmp_path):
     """The output directory is a small tmpfs (in a mount namespace of the gate's own), filled to the

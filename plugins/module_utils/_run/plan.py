@@ -176,7 +176,7 @@ def _deploy_entry(name, pin, file):
 
 INTERRUPTION = "installed-interruption"  # the requester reaches the source through the control relay
 RELAY_DIR = "relay"  # the control relay's private directory, under the case's on the source node
-# The modes whose generations restart the fault role's runner (roles/runner/tasks/restart_generation.yml); every
+# The modes whose generations restart the fault role's runner (roles/runner/tasks/restart_first.yml, restart_next.yml); every
 # other mode runs one generation of both (generation.yml).
 RESTART_MODES = ("installed-restart", INTERRUPTION, "installed-lost-completion", "installed-cleanup-failure")
 
