@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the rail-accounting gate (with discovery) on a throw-away local sim lab with the OLDEST
-# supported ansible-core (meta/runtime.yml says >= 2.17), from its own venv, so a construct that
-# only newer ansible-core understands fails here and not in a lab.
+# Runs the rail-accounting gate (with discovery) and one installed-interruption case (the restart flow with its
+# control relay, three generations) on a throw-away local sim lab with the OLDEST supported ansible-core
+# (meta/runtime.yml says >= 2.17), from its own venv, so a construct that only newer ansible-core understands
+# fails here and not in a lab.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${COMPAT_VENV:-.venv-ansible-2.17}
@@ -35,5 +36,15 @@ if ansible-playbook -i inventories/sim playbooks/rail_accounting.yml \
 else
   tail -40 "$work/gate.log"
   echo "compat: the gate failed with the oldest supported ansible-core" >&2
+  exit 1
+fi
+# The restart flow's generations (generation 1, then each later one's kill and replacement, keyed by the plan's
+# words) and the relay: the requester is the fault role, its replacements reach the source through the relay.
+if ansible-playbook -i inventories/sim playbooks/interruption.yml \
+     -e orbite_case_only=requester-g3-read-polling >"$work/restart.log" 2>&1; then
+  echo "compat: interruption (requester-g3-read-polling) verdict PASS with $(ansible --version | sed -n 1p)"
+else
+  tail -40 "$work/restart.log"
+  echo "compat: the restart flow failed with the oldest supported ansible-core" >&2
   exit 1
 fi

@@ -5,7 +5,7 @@
 DOCUMENTATION = r"""
 ---
 module: fetch_receipts
-short_description: Fetch a node's receipts of one case in one archive, optionally stopping its supervisor first
+short_description: Fetch a node's receipts of one case in one archive, optionally stopping its relay and supervisor
 version_added: 0.2.0
 description:
   - With O(supervisor), first stops the node's lock supervisor of the case, as
@@ -16,6 +16,11 @@ description:
     stopped); one round trip per node and case instead of two (issue 20). A stop that fails still packs and
     fetches what is there, then fails the task (RV(stop_failed)), so that an C(always) section gets both the
     receipts and the failure.
+  - With O(relay_state_dir), first of all stops the case's control relay (installed-interruption), as
+    M(orbite.qualification.control_relay) does with O(orbite.qualification.control_relay#module:state=stopped),
+    while the supervisor it watches still runs, so that the relay ends by request and journals its stop. A relay that
+    cannot be ended is a warning (RV(relay)), not the task's failure; the supervisor's stop still runs, and the
+    verifier fails the case on the relay's journal.
   - On the node, packs the receipts under O(src) whose file names match O(patterns) (regular files only;
     never a symbolic link, a hidden name or a file under a linked directory) and the named O(files) that
     exist (the supervisor's and the relay's journals) into one tar beside O(src)
@@ -77,11 +82,18 @@ options:
         description: Seconds to wait for the supervisor's answer before ending it (SIGTERM, then SIGKILL after 5 s).
         type: float
         default: 30
+  relay_state_dir:
+    description:
+      - The state directory of the case's control relay (as in M(orbite.qualification.control_relay)), to stop it
+        before the supervisor (see the description); 10 s after its stop request it is killed (SIGKILL). Omitted,
+        no relay is stopped.
+    type: path
 attributes:
   check_mode:
     support: full
     details:
-      - Lists what would be fetched (RV(members)); nothing is written on either side, no supervisor is stopped.
+      - Lists what would be fetched (RV(members)); nothing is written on either side, no relay or supervisor is
+        stopped.
   diff_mode:
     support: none
 seealso:
@@ -106,6 +118,18 @@ EXAMPLES = r"""
       run_id: ra-1-read-polling
   register: fetched
   ignore_errors: true
+
+- name: Stop the case's control relay, then its supervisor, then fetch the receipts and both journals
+  orbite.qualification.fetch_receipts:
+    src: /var/tmp/orbite/in-1/source-g2-read-polling/source
+    dest: /home/ops/.cache/orbite/runs/in-1/cases/source-g2-read-polling/source
+    files:
+      relay.jsonl: /var/tmp/orbite/in-1/source-g2-read-polling/relay/relay.jsonl
+    relay_state_dir: /var/tmp/orbite/in-1/source-g2-read-polling/relay
+    supervisor:
+      run_id: in-1-source-g2-read-polling
+  register: fetched
+  failed_when: fetched.stop_failed | default(true)
 
 - name: Stop here when the supervisor did not stop
   ansible.builtin.fail:
@@ -154,6 +178,13 @@ stopped:
   type: dict
   sample: {running: false, journal: /run/orbite/supervisors/ra-1-read-polling/journal.jsonl,
            run_dir: /run/orbite/supervisors/ra-1-read-polling, summary: {reason: stop, locks_released: true}}
+relay:
+  description:
+    - With O(relay_state_dir), the stop's result as M(orbite.qualification.control_relay) returns it (C(was_running),
+      C(stopped), C(killed), C(pid)), or C(error) when the relay could not be ended (also a warning).
+  returned: with O(relay_state_dir)
+  type: dict
+  sample: {was_running: true, stopped: true, killed: false, pid: 41872}
 stop_failed:
   description: With O(supervisor), whether the stop failed (then the task fails with its message and code).
   returned: with O(supervisor)

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: OrbiTE qualification contributors
-"""The fetch_receipts module's job on the node: stop the case's supervisor, pack its receipts into one archive
-(plugins/modules/fetch_receipts.py; the action plugin fetches and unpacks it)."""
+"""The fetch_receipts module's job on the node: stop the case's control relay and supervisor, pack its receipts into
+one archive (plugins/modules/fetch_receipts.py; the action plugin fetches and unpacks it)."""
 
 import os
 
@@ -13,6 +13,7 @@ from ansible_collections.orbite.qualification.plugins.module_utils._node.client 
     stop_failure,
     stop_supervisor,
 )
+from ansible_collections.orbite.qualification.plugins.module_utils._run import relay
 from ansible_collections.orbite.qualification.plugins.module_utils._run.receipts import (
     ReceiptsError,
     archive_path_for,
@@ -36,6 +37,7 @@ SPEC = {
             "root": {"type": "path", "default": "/"},
             "stop_timeout": {"type": "float", "default": 30},
         }},
+        "relay_state_dir": {"type": "path"},
     },
 }
 
@@ -44,6 +46,9 @@ def run(module):
     p = module.params
     files = {str(k): str(v) for k, v in p["files"].items()}
     result, stop_error = {"changed": False}, None
+    if p["relay_state_dir"] is not None:
+        # First, while the supervisor it watches still runs: stopped by request, the relay journals its stop.
+        result["relay"] = _stop_relay(p["relay_state_dir"], module)
     if p["supervisor"] is not None:
         result["stopped"], stop_error = _stop(p["supervisor"], module.check_mode)
         result["stop_failed"] = stop_error is not None
@@ -70,6 +75,18 @@ def run(module):
         fail_from(module, stop_error, prefix="the supervisor did not stop (the receipts were packed all the same)",
                   **result)
     module.exit_json(**result)
+
+
+def _stop_relay(state_dir, module):
+    """The control relay's stop; a relay that cannot be ended is a warning, never the task's failure: the supervisor's
+    stop must still run, and the verdict fails the case on the relay's journal (no stop record)."""
+    try:
+        if module.check_mode:
+            return {"was_running": relay.running(relay.read_ready(state_dir)), "stopped": False, "killed": False}
+        return relay.stop_relay(state_dir)
+    except (relay.RelayError, OSError, ValueError) as error:
+        module.warn(f"relay_state_dir={state_dir}: the control relay did not stop: {error}")
+        return {"error": str(error)}
 
 
 def _stop(options, check_mode):

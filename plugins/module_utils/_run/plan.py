@@ -176,8 +176,8 @@ def _deploy_entry(name, pin, file):
 
 INTERRUPTION = "installed-interruption"  # the requester reaches the source through the control relay
 RELAY_DIR = "relay"  # the control relay's private directory, under the case's on the source node
-# The modes whose generations restart the fault role's runner (roles/runner/tasks/restart_first.yml, restart_next.yml); every
-# other mode runs one generation of both (generation.yml).
+# The modes whose generations restart the fault role's runner (roles/runner/tasks/restart_first.yml and
+# restart_next.yml); every other mode runs one generation of both (generation.yml).
 RESTART_MODES = ("installed-restart", INTERRUPTION, "installed-lost-completion", "installed-cleanup-failure")
 
 
@@ -325,24 +325,25 @@ def node_launch(entry, node_run_dir, python):
 
 def case_launch(case_plan, role, host, node_run_dir, python):
     """This node's launch from a case's ``case.json`` document: ``role``'s entry put under ``node_run_dir``
-    (``node_launch``) with the case's supervisor run ID, flow and seconds beside it (the runner role reads every
-    case's once per run: ``case_launches``, its prepare entry point). The plan names the inventory host of each
-    role (the schedule's lane host): a ``host`` other than that one means the schedule and the run plan disagree,
-    refused by name."""
+    (``node_launch``) with the role, the source's inventory host (the requester's peer is its), the case's
+    supervisor run ID, flow and seconds beside it (the runner role reads every case's once per run:
+    ``case_launches``, its prepare entry point). The plan names the inventory host of each role (the schedule's
+    lane host): a ``host`` other than that one means the schedule and the run plan disagree, refused by name."""
     launch, case_id = case_plan["launch"], case_plan.get("case_id")
     entry = launch["roles"][role]
     if entry["host"] != host:
         raise RunPlanError(f"case {case_id}: launch.roles.{role}.host={quote(entry['host'])}: is not this host "
                            f"({host}); the case schedule and the run plan disagree (cases/{case_id}/case.json)")
-    return dict(node_launch(entry, node_run_dir, python), supervisor_run_id=launch["supervisor_run_id"],
-                flow=launch["flow"], seconds=launch["seconds"])
+    return dict(node_launch(entry, node_run_dir, python), role=role, source_host=launch["roles"]["source"]["host"],
+                supervisor_run_id=launch["supervisor_run_id"], flow=launch["flow"], seconds=launch["seconds"])
 
 
 def case_launches(run_dir, slots, host, node_run_dir, python):
     """{case ID: this host's launch} for each case of ``slots`` (this host's case of each slot of the schedule, None
     where it has none: the preflight's lane cases), its role the source where the slot names this host as the
-    source, else the requester, as the case's include gives it. Each case's ``case.json`` under ``run_dir`` is read
-    once for the run (case_launch), not once per case by a task of its own."""
+    source, else the requester: the one place a host's role in a case is decided (the runner role reads it from the
+    launch). Each case's ``case.json`` under ``run_dir`` is read once for the run (case_launch), not once per case
+    by a task of its own. A slot whose source is not the plan's is refused by name, for either role."""
     if not isinstance(slots, list):
         raise RunPlanError(f"slots={quote(slots)}: must be a list of this host's case per slot (or null)")
     for field, value in (("host", host), ("node_run_dir", node_run_dir), ("python", python)):
@@ -367,6 +368,10 @@ def case_launches(run_dir, slots, host, node_run_dir, python):
         except (KeyError, TypeError, AttributeError) as error:
             raise RunPlanError(f"slots[{index}] (case {slot['id']}): {path} has no launch of the {role} "
                                f"({type(error).__name__}: {error})") from None
+        if launches[slot["id"]]["source_host"] != slot["source"]:
+            raise RunPlanError(f"slots[{index}].source={quote(slot['source'])}: is not the plan's source of case "
+                               f"{slot['id']} ({launches[slot['id']]['source_host']}); the case schedule and the run "
+                               f"plan disagree ({path})")
     return launches
 
 

@@ -75,3 +75,67 @@ def test_a_named_file_left_out_is_listed_under_a_name_ansible_does_not_read_as_s
                                                       "files": {"relay.jsonl": missing}})
     assert not fetched.get("failed") and "skipped" not in fetched, fetched
     assert fetched["left_out"] == [{"name": "relay.jsonl", "path": missing, "why": "missing"}]
+
+
+@pytest.fixture
+def fake_source():
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def test_the_relay_is_stopped_by_request_before_the_supervisor_and_its_journal_packed(tmp_path, root, fake_source):
+    from ansible_collections.orbite.qualification.plugins.module_utils._run import relay
+
+    started = run_module("node_supervisor", tmp_path, {"state": "started", "run_id": "run-1", "locks": ["mlx5_0"],
+                                                       "root": root, "lease": 60})
+    state_dir = str(tmp_path / "relay")
+    ready = relay.start_relay({"listen": "127.0.0.1:0", "upstream": fake_source, "state_dir": state_dir,
+                               "hold_after_round": 3, "lease_s": 60, "defects": [], "run_id": "run-1",
+                               "watch": {"pid": started["supervisor"]["pid"],
+                                         "start_time": started["supervisor"]["start_time"]}})
+    args = {"src": _receipts(tmp_path), "dest": str(tmp_path / "dest"),
+            "files": {"relay.jsonl": os.path.join(state_dir, relay.JOURNAL_NAME)},
+            "relay_state_dir": state_dir, "supervisor": {"run_id": "run-1", "root": root}}
+    fetched = run_module("fetch_receipts", tmp_path, args)
+    assert not fetched.get("failed") and fetched["stop_failed"] is False, fetched
+    # Ended by its stop request while the supervisor it watches still ran: no kill, and its journal says so.
+    assert fetched["relay"] == {"was_running": True, "stopped": True, "killed": False, "pid": ready["pid"]}, fetched
+    assert relay.start_time_of(ready["pid"]) is None
+    with tarfile.open(fetched["archive"]) as archive:
+        events = [json.loads(line) for line in archive.extractfile("relay.jsonl").read().splitlines()]
+    assert events[-1]["ev"] == "stop" and events[-1]["reason"] == "stop", events[-1]  # not watched_process_gone
+    # Again (an always: section after a relay that already ended): nothing to stop.
+    again = run_module("fetch_receipts", tmp_path, args)
+    assert not again.get("failed") and again["relay"]["was_running"] is False, again
+
+
+def test_a_relay_that_cannot_be_ended_is_a_warning_and_the_supervisor_still_stops(tmp_path, root, monkeypatch):
+    # The job in this process, its relay stop failing as relay.stop_relay does when SIGKILL did not end the relay.
+    from ansible_collections.orbite.qualification.plugins.module_utils._common.job import JobModule, JobReturned
+    from ansible_collections.orbite.qualification.plugins.module_utils._node_steps import fetch_receipts as job
+    from ansible_collections.orbite.qualification.plugins.module_utils._run import relay
+
+    run_module("node_supervisor", tmp_path, {"state": "started", "run_id": "run-1", "locks": ["mlx5_0"],
+                                             "root": root, "lease": 60})
+
+    def never_ends(state_dir):
+        raise relay.RelayError(f"the relay pid 4242 in {state_dir} did not end")
+
+    monkeypatch.setattr(relay, "stop_relay", never_ends)
+    module = JobModule({"src": _receipts(tmp_path), "dest": str(tmp_path / "dest"), "patterns": job.PATTERNS,
+                        "files": {}, "relay_state_dir": str(tmp_path / "relay"),
+                        "supervisor": {"run_id": "run-1", "run_dir": None, "root": root, "stop_timeout": 30}},
+                       check_mode=False)
+    with pytest.raises(JobReturned) as returned:
+        job.run(module)
+    fetched = returned.value.result
+    assert not fetched.get("failed") and fetched["stop_failed"] is False, fetched
+    assert "did not end" in fetched["relay"]["error"], fetched
+    assert module.warnings == [f"relay_state_dir={tmp_path / 'relay'}: the control relay did not stop: "
+                               f"the relay pid 4242 in {tmp_path / 'relay'} did not end"]
+    assert fetched["stopped"]["summary"]["locks_released"], fetched

@@ -89,7 +89,8 @@ def test_case_launch_gives_this_roles_entry_with_the_cases_ids_flow_and_seconds(
     plan = json.loads((tmp_path / "cases" / "cf" / "case.json").read_text())
     entry = case_launch(plan, "requester", "sim-b", "/w/run-1", "/usr/bin/python3")
     assert entry == dict(node_launch(plan["launch"]["roles"]["requester"], "/w/run-1", "/usr/bin/python3"),
-                         supervisor_run_id="run-1-cf", flow="restart", seconds=plan["launch"]["seconds"])
+                         role="requester", source_host="sim-a", supervisor_run_id="run-1-cf", flow="restart",
+                         seconds=plan["launch"]["seconds"])
     assert entry["registration_id"] == "run-1-cf-requester"
 
 
@@ -314,6 +315,18 @@ def test_case_launches_names_the_slot_and_the_rule_of_a_bad_plan(tmp_path, slots
     _launch(tmp_path)
     with pytest.raises(RunPlanError, match=message):
         case_launches(str(tmp_path), slots, "sim-c", "/w/run-1", "/usr/bin/python3")
+
+
+def test_case_launches_refuses_a_slot_whose_source_is_not_the_plans_for_the_requester_too(tmp_path):
+    from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import case_launches
+
+    _launch(tmp_path)
+    # sim-b is the plan's requester, but the schedule names sim-x as the source it would reach.
+    with pytest.raises(RunPlanError, match=r"slots\[0\]\.source='sim-x': is not the plan's source of case cf "
+                                           r"\(sim-a\); the case schedule and the run plan disagree"):
+        case_launches(str(tmp_path), [{"id": "cf", "source": "sim-x"}], "sim-b", "/w/run-1", "/usr/bin/python3")
+    launches = case_launches(str(tmp_path), [{"id": "cf", "source": "sim-a"}], "sim-b", "/w/run-1", "/usr/bin/python3")
+    assert (launches["cf"]["role"], launches["cf"]["source_host"]) == ("requester", "sim-a")
 
 
 def test_the_lookup_returns_one_mapping_and_names_the_code_of_a_bad_plan(tmp_path):
