@@ -11,7 +11,7 @@ COLL_LINK := .collections/ansible_collections/orbite/qualification
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system venv link demo test lint sanity integration unit molecule compat sanity-molecule-compat \
+.PHONY: setup system venv link demo test lint sanity integration unit molecule compat sanity-and-molecule \
 	build-collection publish-venv galaxy-import docs-lint docs-venv docs release bench clean
 
 setup: system venv link
@@ -72,13 +72,12 @@ sanity: setup
 integration: setup
 	@bash scripts/integration.sh
 
-# sanity, molecule and compat side by side (they share nothing: scripts/side_by_side.sh; as root compat's lab has a
-# network namespace of its own), then the integration targets, which run a lab on the fixed loopback addresses;
-# pytest last, so its summary line closes the output.
-test: lint docs-lint docs galaxy-import sanity-molecule-compat integration unit
+# sanity and molecule side by side (they share nothing: scripts/side_by_side.sh), then the steps that run a lab
+# on the fixed loopback addresses one after the other; pytest last, so its summary line closes the output.
+test: lint docs-lint docs galaxy-import sanity-and-molecule integration compat unit
 
-sanity-molecule-compat: setup
-	@bash scripts/side_by_side.sh sanity molecule compat
+sanity-and-molecule: setup
+	@bash scripts/side_by_side.sh sanity molecule
 
 build-collection: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path build .

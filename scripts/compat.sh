@@ -11,12 +11,6 @@ if [[ ! -x $venv/bin/ansible-playbook ]]; then
   "$venv/bin/pip" install --quiet --upgrade pip
   "$venv/bin/pip" install --quiet -r meta/ee-requirements.txt "ansible-core>=2.17,<2.18" "cryptography<51"
 fi
-# The lab's runners bind fixed loopback addresses: as root, the rest runs in a network namespace of its own (its
-# own loopback), so that make test runs it beside molecule's labs (scripts/side_by_side.sh). The venv above needed
-# the network; nothing below does.
-if [[ -z ${ORBITE_COMPAT_NETNS:-} && $(id -u) == 0 ]] && unshare -n ip link set lo up 2>/dev/null; then
-  exec env ORBITE_COMPAT_NETNS=1 unshare -n bash -c 'ip link set lo up && exec bash "$1"' compat "$PWD/scripts/compat.sh"
-fi
 export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/$venv/bin:$PATH
 # A throw-away work directory: the lab and the run directory derive from it.
 work=$(mktemp -d)

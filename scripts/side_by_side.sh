@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Runs the given make targets at the same time, each into a log of its own, then prints the logs in the
 # order given and fails when any target failed. `make test` uses it for steps that share nothing (ansible-test
-# sanity binds no address and runs no lab; molecule's labs are the only ones in this network namespace then, since
-# compat's lab, as root, has a namespace of its own), so their wall time overlaps on a machine of few cores instead
-# of adding up.
+# sanity binds no address and runs no lab; molecule's labs are the only ones running then), so their wall time
+# overlaps on a machine of few cores instead of adding up.
 # Usage: scripts/side_by_side.sh TARGET [TARGET ...]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
