@@ -55,8 +55,5 @@ def _state(module, params):
         if params["held"] < 0:
             raise relay.RelayError(f"held = {params['held']}: must be >= 0")
         return {"changed": False, "status": relay.wait_held(state_dir, params["held"], params["timeout"])}
-    if module.check_mode:
-        was = relay.running(relay.read_ready(state_dir))
-        return {"changed": was, "was_running": was, "stopped": not was, "killed": False}
-    done = relay.stop_relay(state_dir, timeout=params["timeout"])
+    done = relay.stop_relay(state_dir, timeout=params["timeout"], check_mode=module.check_mode)
     return dict(done, changed=done["was_running"])

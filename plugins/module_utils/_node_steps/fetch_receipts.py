@@ -81,9 +81,7 @@ def _stop_relay(state_dir, module):
     """The control relay's stop; a relay that cannot be ended is a warning, never the task's failure: the supervisor's
     stop must still run, and the verdict fails the case on the relay's journal (no stop record)."""
     try:
-        if module.check_mode:
-            return {"was_running": relay.running(relay.read_ready(state_dir)), "stopped": False, "killed": False}
-        return relay.stop_relay(state_dir)
+        return relay.stop_relay(state_dir, check_mode=module.check_mode)
     except (relay.RelayError, OSError, ValueError) as error:
         module.warn(f"relay_state_dir={state_dir}: the control relay did not stop: {error}")
         return {"error": str(error)}

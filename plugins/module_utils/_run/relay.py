@@ -272,13 +272,16 @@ def _await_gone(ready, timeout, poll_s=0.02):
         time.sleep(next(sleeps))
 
 
-def stop_relay(state_dir, timeout=STOP_WAIT_S):
+def stop_relay(state_dir, timeout=STOP_WAIT_S, check_mode=False):
     """Stop the relay of ``state_dir`` and make sure it is gone: stop over the control socket, then SIGKILL
     (pid and start time checked) if it did not end in ``timeout``. {"stopped", "killed", "was_running",
-    "pid"}; nothing to do when none runs."""
+    "pid"}; nothing to do when none runs. In check mode nothing is stopped: the result says whether one runs
+    (the control_relay module's and fetch_receipts' check mode)."""
     ready = read_ready(state_dir)
     result = {"was_running": running(ready), "stopped": False, "killed": False,
               "pid": ready.get("pid") if ready else None}
+    if check_mode:
+        return dict(result, stopped=not result["was_running"])
     if not result["was_running"]:
         return result
     try:

@@ -123,7 +123,7 @@ def test_a_relay_that_cannot_be_ended_is_a_warning_and_the_supervisor_still_stop
     run_module("node_supervisor", tmp_path, {"state": "started", "run_id": "run-1", "locks": ["mlx5_0"],
                                              "root": root, "lease": 60})
 
-    def never_ends(state_dir):
+    def never_ends(state_dir, check_mode=False):
         raise relay.RelayError(f"the relay pid 4242 in {state_dir} did not end")
 
     monkeypatch.setattr(relay, "stop_relay", never_ends)

@@ -136,6 +136,21 @@ def test_stop_reaps_even_a_relay_that_ignores_stop(started):
                                                   "pid": ready["pid"]}
 
 
+def test_a_stop_in_check_mode_stops_nothing_and_says_one_runs(started, tmp_path):
+    # One check-mode stop for the control_relay module and fetch_receipts' relay_state_dir (relay.stop_relay).
+    cfg, ready = started
+    assert relay.stop_relay(cfg["state_dir"], check_mode=True) == {"was_running": True, "stopped": False,
+                                                                    "killed": False, "pid": ready["pid"]}
+    checked = run_module("control_relay", tmp_path, {"state": "stopped", "state_dir": cfg["state_dir"],
+                                                      "_ansible_check_mode": True})
+    assert (checked["changed"], checked["was_running"], checked["stopped"]) == (True, True, False), checked
+    fetched = run_module("fetch_receipts", tmp_path, {"src": str(tmp_path / "none"), "dest": str(tmp_path / "dest"),
+                                                      "relay_state_dir": cfg["state_dir"],
+                                                      "_ansible_check_mode": True})
+    assert fetched["relay"] == {"was_running": True, "stopped": False, "killed": False, "pid": ready["pid"]}, fetched
+    assert relay.running(ready)
+
+
 def test_the_lease_ends_the_relay_by_itself(tmp_path, source):
     cfg = _cfg(tmp_path, source, lease_s=0.5)
     ready = relay.start_relay(cfg)
