@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import DEFECTS as RELAY_SWITCHES
 from ansible_collections.orbite.qualification.plugins.module_utils._run.relay import MODE as RELAY_MODE
 from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import case_launch
+from ansible_collections.orbite.qualification.plugins.module_utils._run.plan import peer_address as _peer_address
 from ansible_collections.orbite.qualification.plugins.plugin_utils._filter_errors import filter_errors
 
 
@@ -87,7 +88,14 @@ def node_launch(case_plan, role, host, node_run_dir, python):
         return case_launch(case_plan, role, host, node_run_dir, python)
 
 
+def peer_address(started, registration_id, peer):
+    """The requester's peer address from its source node's start results (module_utils/_run/plan.peer_address)."""
+    with filter_errors():
+        return _peer_address(started, registration_id, peer)
+
+
 class FilterModule:
     def filters(self):
         return {"case_entry": case_entry, "pinned_observer": pinned_observer,
-                "case_switch_problems": case_switch_problems, "node_launch": node_launch}
+                "case_switch_problems": case_switch_problems, "node_launch": node_launch,
+                "peer_address": peer_address}

@@ -338,6 +338,35 @@ def case_launch(case_plan, role, host, node_run_dir, python):
                 supervisor_run_id=launch["supervisor_run_id"], flow=launch["flow"], seconds=launch["seconds"])
 
 
+def _ready_record(result):
+    """A start result's ready record ({} without one: a skipped or failed start, or none at all)."""
+    ready = result.get("ready") if isinstance(result, dict) else None
+    return ready if isinstance(ready, dict) else {}
+
+
+PEERS = ("source", "relay")  # what a requester's generation reaches, by the plan's word (its launch's peer)
+
+
+def peer_address(started, registration_id, peer):
+    """The requester's peer address, from what its source's node started for the case: ``started`` is [the
+    source's runner start result, the control relay's start result] (each {} when that node has none; the runner
+    role reads both from the source's hostvars in one lookup), ``registration_id`` the one the plan gives the peer,
+    ``peer`` the plan's word (null in the source's own launch: it has no peer, "" then). Only a ready record of
+    that registration counts, since a source that did not start in this case (its node failed earlier) leaves an
+    earlier case's result behind; "" when there is none, and the requester's start fails naming its
+    peer_address."""
+    if not isinstance(started, list) or len(started) != len(PEERS):
+        raise RunPlanError(f"started={quote(started)}: must be [the source's start result, the relay's]")
+    if peer is None:
+        return ""
+    if peer not in PEERS:
+        raise RunPlanError(f"peer={quote(peer)}: is not a peer of the plan ({', '.join(PEERS)})")
+    source, relay = (_ready_record(result) for result in started)
+    if source.get("registration_id") != registration_id:
+        return ""
+    return str({"source": source.get("service_address"), "relay": relay.get("address")}[peer] or "")
+
+
 def case_launches(run_dir, slots, host, node_run_dir, python):
     """{case ID: this host's launch} for each case of ``slots`` (this host's case of each slot of the schedule, None
     where it has none: the preflight's lane cases), its role the source where the slot names this host as the
