@@ -29,22 +29,21 @@ if ! ansible-playbook --check -i inventories/sim playbooks/rail_accounting.yml >
   echo "compat: --check failed with the oldest supported ansible-core" >&2
   exit 1
 fi
+# One playbook run on the lab, its log shown only when it fails: gate <label> <log name> <ansible-playbook args...>
+gate() {
+  local label=$1 log=$work/$2; shift 2
+  if ansible-playbook -i inventories/sim "$@" >"$log" 2>&1; then
+    echo "compat: $label verdict PASS with $(ansible --version | sed -n 1p)"
+  else
+    tail -40 "$log"
+    echo "compat: $label failed with the oldest supported ansible-core" >&2
+    exit 1
+  fi
+}
 # One case (the other differs in operation and progress mode only, which ansible-core does not see).
-if ansible-playbook -i inventories/sim playbooks/rail_accounting.yml \
-     -e orbite_profile_file=rail_accounting_discovery.json -e orbite_case_only=write-events >"$work/gate.log" 2>&1; then
-  echo "compat: rail_accounting (discovery) verdict PASS with $(ansible --version | sed -n 1p)"
-else
-  tail -40 "$work/gate.log"
-  echo "compat: the gate failed with the oldest supported ansible-core" >&2
-  exit 1
-fi
+gate "rail_accounting (discovery)" gate.log playbooks/rail_accounting.yml \
+  -e orbite_profile_file=rail_accounting_discovery.json -e orbite_case_only=write-events
 # The restart flow's generations (generation 1, then each later one's kill and replacement, keyed by the plan's
 # words) and the relay: the requester is the fault role, its replacements reach the source through the relay.
-if ansible-playbook -i inventories/sim playbooks/interruption.yml \
-     -e orbite_case_only=requester-g3-read-polling >"$work/restart.log" 2>&1; then
-  echo "compat: interruption (requester-g3-read-polling) verdict PASS with $(ansible --version | sed -n 1p)"
-else
-  tail -40 "$work/restart.log"
-  echo "compat: the restart flow failed with the oldest supported ansible-core" >&2
-  exit 1
-fi
+gate "interruption (requester-g3-read-polling)" restart.log playbooks/interruption.yml \
+  -e orbite_case_only=requester-g3-read-polling
